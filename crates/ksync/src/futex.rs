@@ -1,0 +1,185 @@
+//! Sleeping on a 32-bit word: futex wait and wake.
+//!
+//! [`wait`] blocks only if the word still holds the value the caller expects:
+//! the kernel compares and queues atomically, so a [`wake`] issued after the
+//! word changed can never be lost. Waits may return spuriously; callers loop
+//! and re-check their condition.
+//!
+//! Today these are process-private futexes (`FUTEX_PRIVATE_FLAG`). A later
+//! issue moves semaphore sets into shared memory, which needs the shared flavour.
+//!
+//! Under `--cfg loom` the futex is modelled by one loom mutex and condition
+//! variable: the waiter compares the word while holding the mutex and the waker
+//! takes the mutex before notifying, which gives the same no-lost-wake-up
+//! guarantee, so a protocol that forgets a wake-up deadlocks in the model and
+//! loom reports it. A timed wait in the model times out at once if the value
+//! still matches (loom has no clock; an expired deadline is the interesting case).
+
+#[cfg(not(loom))]
+use std::time::Instant;
+
+use crate::sync::AtomicU32;
+
+/// Why [`wait`] returned. Either way the caller re-checks its condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Woken, interrupted, or the word no longer held the expected value.
+    Woken,
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Blocks while `*word == expected`, until woken or until `deadline`.
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -> Wake {
+    let timeout = match deadline {
+        None => None,
+        Some(deadline) => {
+            let now = Instant::now();
+            if now >= deadline {
+                return Wake::TimedOut;
+            }
+            let left = deadline - now;
+            Some(libc::timespec {
+                tv_sec: left.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            })
+        }
+    };
+    let timeout_ptr = timeout
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the duration of the
+    // call and `timeout_ptr` is null or points at a timespec on our stack.
+    // FUTEX_WAIT only reads both.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            timeout_ptr,
+        )
+    };
+    if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        Wake::TimedOut
+    } else {
+        Wake::Woken
+    }
+}
+
+/// Wakes up to `count` threads blocked in [`wait`] on `word`; returns how many woke.
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) fn wake(word: &AtomicU32, count: u32) -> u32 {
+    let count = count.min(i32::MAX as u32) as i32;
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it never dereferences
+    // it, so even a word that is about to be freed is fine.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            count,
+        )
+    };
+    rc.max(0) as u32
+}
+
+/// Portable fallback where there is no futex: poll with `sched_yield`.
+#[cfg(all(not(loom), not(target_os = "linux")))]
+pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -> Wake {
+    use crate::sync::Ordering;
+    while word.load(Ordering::Acquire) == expected {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Wake::TimedOut;
+        }
+        std::thread::yield_now();
+    }
+    Wake::Woken
+}
+
+/// Portable fallback where there is no futex: waiters poll, so nothing to do.
+#[cfg(all(not(loom), not(target_os = "linux")))]
+pub(crate) fn wake(_word: &AtomicU32, _count: u32) -> u32 {
+    0
+}
+
+#[cfg(loom)]
+mod model {
+    use crate::sync::{AtomicU32, Ordering};
+
+    loom::lazy_static! {
+        static ref FUTEX: (loom::sync::Mutex<()>, loom::sync::Condvar) =
+            (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
+    }
+
+    pub(crate) fn wait(word: &AtomicU32, expected: u32, timed: bool) -> super::Wake {
+        let guard = FUTEX.0.lock().unwrap();
+        if word.load(Ordering::SeqCst) != expected {
+            return super::Wake::Woken;
+        }
+        if timed {
+            return super::Wake::TimedOut;
+        }
+        drop(FUTEX.1.wait(guard).unwrap());
+        super::Wake::Woken
+    }
+
+    pub(crate) fn wake(_word: &AtomicU32) {
+        let _guard = FUTEX.0.lock().unwrap();
+        FUTEX.1.notify_all();
+    }
+}
+
+/// Model of [`wait`] for loom; a deadline means "already expired".
+#[cfg(loom)]
+pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<std::time::Instant>) -> Wake {
+    model::wait(word, expected, deadline.is_some())
+}
+
+/// Model of [`wake`] for loom: wakes every modelled sleeper (a superset of
+/// what the kernel would wake, which callers must tolerate anyway).
+#[cfg(loom)]
+pub(crate) fn wake(word: &AtomicU32, count: u32) -> u32 {
+    model::wake(word);
+    count
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn wait_returns_at_once_when_the_value_differs() {
+        let word = AtomicU32::new(1);
+        assert_eq!(wait(&word, 0, None), Wake::Woken);
+    }
+
+    #[test]
+    fn wait_times_out() {
+        let word = AtomicU32::new(0);
+        let deadline = Instant::now() + Duration::from_millis(20);
+        assert_eq!(wait(&word, 0, Some(deadline)), Wake::TimedOut);
+        assert!(Instant::now() >= deadline);
+    }
+
+    #[test]
+    fn wake_releases_a_sleeper() {
+        let word = Arc::new(AtomicU32::new(0));
+        let sleeper = {
+            let word = Arc::clone(&word);
+            std::thread::spawn(move || {
+                while word.load(Ordering::Acquire) == 0 {
+                    wait(&word, 0, None);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        word.store(1, Ordering::Release);
+        wake(&word, 1);
+        sleeper.join().unwrap();
+    }
+}

@@ -1,0 +1,15 @@
+//! loom models of every lock protocol. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
+//! Without `--cfg loom` this file compiles to nothing.
+#![cfg(loom)]
+
+#[path = "loom/tas.rs"]
+mod tas;
+#[path = "loom/ticket.rs"]
+mod ticket;
+#[path = "loom/mcs.rs"]
+mod mcs;
+#[path = "loom/qspin.rs"]
+mod qspin;
+#[path = "loom/pv.rs"]
+mod pv;
