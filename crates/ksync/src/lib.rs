@@ -48,3 +48,6 @@ pub(crate) mod futex;
 pub(crate) mod thread_slot;
 
 pub mod spin;
+
+#[cfg(any(feature = "std", loom))]
+pub mod rwsem;

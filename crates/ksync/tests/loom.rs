@@ -13,3 +13,5 @@ mod mcs;
 mod qspin;
 #[path = "loom/pv.rs"]
 mod pv;
+#[path = "loom/rwsem.rs"]
+mod rwsem;
