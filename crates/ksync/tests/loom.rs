@@ -3,15 +3,15 @@
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 
+#[path = "loom/mcs.rs"]
+mod mcs;
+#[path = "loom/pv.rs"]
+mod pv;
+#[path = "loom/qspin.rs"]
+mod qspin;
+#[path = "loom/rwsem.rs"]
+mod rwsem;
 #[path = "loom/tas.rs"]
 mod tas;
 #[path = "loom/ticket.rs"]
 mod ticket;
-#[path = "loom/mcs.rs"]
-mod mcs;
-#[path = "loom/qspin.rs"]
-mod qspin;
-#[path = "loom/pv.rs"]
-mod pv;
-#[path = "loom/rwsem.rs"]
-mod rwsem;

@@ -4,16 +4,16 @@
 
 mod common;
 
+#[path = "torture/mcs.rs"]
+mod mcs;
+#[path = "torture/pv.rs"]
+mod pv;
+#[path = "torture/qspin.rs"]
+mod qspin;
 #[path = "torture/tas.rs"]
 mod tas;
 #[path = "torture/ticket.rs"]
 mod ticket;
-#[path = "torture/mcs.rs"]
-mod mcs;
-#[path = "torture/qspin.rs"]
-mod qspin;
-#[path = "torture/pv.rs"]
-mod pv;
 
 /// The check must catch a lock that lets two threads in. A single run could in
 /// principle interleave perfectly, so allow a few attempts; a correct check

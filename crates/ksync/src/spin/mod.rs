@@ -9,12 +9,12 @@
 //! | [`RawPvQSpinLock`] | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
 
 mod mcs;
-mod tas;
-mod ticket;
 #[cfg(any(feature = "std", loom))]
 mod pv;
 #[cfg(any(feature = "std", loom))]
 mod qspin;
+mod tas;
+mod ticket;
 
 pub use mcs::*;
 #[cfg(any(feature = "std", loom))]

@@ -60,7 +60,7 @@ impl RawTasLock {
     #[inline(always)]
     fn try_acquire(&self) -> bool {
         self.held
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -74,6 +74,9 @@ impl RawTasLock {
             if self.try_acquire() {
                 return;
             }
+            // Lost the race to another thread that saw the byte clear at the
+            // same time: that is contention, so back off before polling again.
+            backoff.snooze();
         }
     }
 }
@@ -105,14 +108,10 @@ unsafe impl lock_api::RawMutex for RawTasLock {
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        // A weak CAS may fail spuriously; `try_lock` must not fail on a free lock.
-        loop {
-            if self.held.load(Ordering::Relaxed) {
-                return None;
-            }
-            if self.try_acquire() {
-                return Some(lock_api::GuardSend::new());
-            }
+        if !self.held.load(Ordering::Relaxed) && self.try_acquire() {
+            Some(lock_api::GuardSend::new())
+        } else {
+            None
         }
     }
 
