@@ -4,9 +4,13 @@
 //! |---|---|---|---|
 //! | [`RawTasLock`] | 1 byte | no | fine-ish: whoever runs takes it |
 //! | [`RawTicketLock`] | 4 bytes | FIFO | collapses: a preempted next waiter stalls all |
-//! | [`RawMcsLock`] | 1 pointer | FIFO | collapses like the ticket lock |
-//! | [`RawQSpinLock`] | 4 bytes | FIFO after the pending waiter | collapses like the ticket lock |
-//! | [`RawPvQSpinLock`] | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
+//! | [`McsLock`] + [`McsNode`] | 1 pointer, caller-owned nodes (`no_std`) | FIFO | collapses like the ticket lock |
+//! | `RawMcsLock` (`std`) | 1 pointer, per-thread nodes | FIFO | collapses like the ticket lock |
+//! | `RawQSpinLock` (`std`) | 4 bytes | FIFO after the pending waiter | collapses like the ticket lock |
+//! | `RawPvQSpinLock` (`std`) | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
+//!
+//! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
+//! thread-local, so they need the `std` feature; the others work in `no_std`.
 
 mod mcs;
 #[cfg(any(feature = "std", loom))]
