@@ -1,0 +1,1086 @@
+//! The modern kernel rwsem (`kernel/locking/rwsem.c`): one count word, one
+//! FIFO wait list, readers granted in batches by the waker, writer optimistic
+//! spinning and a time-based handoff.
+//!
+//! # State
+//!
+//! `count` (`usize`):
+//!
+//! ```text
+//!  bit  N-1      N-2 ... 8        7..3       2         1         0
+//!      READ_FAIL  reader count    reserved   HANDOFF   WAITERS   WRITER_LOCKED
+//! ```
+//!
+//! * `WRITER_LOCKED`: a writer holds the lock.
+//! * reader count, in steps of `READER_BIAS` = 256: readers holding the lock,
+//!   plus readers that failed the fast path and have not yet taken their bias
+//!   back out (they are on their way into the slow path).
+//! * `WAITERS`: the wait list is not empty. Set by the first waiter to queue
+//!   and cleared when the list empties, both under the wait-list lock, so
+//!   under that lock `WAITERS` is exactly "the list is not empty".
+//! * `HANDOFF`: the lock is promised to the first waiter, which has waited at
+//!   least [`HANDOFF_AFTER`]; whenever it is set, the first waiter's
+//!   `handoff_set` is set too. Set and cleared only under the wait-list lock.
+//! * `READ_FAIL`: the guard bit (the kernel's "count is negative"): with
+//!   `N-9` bits of reader count it is reached only by absurd numbers of leaked
+//!   read guards; it fails every reader fast path and stops batch grants.
+//!
+//! `owner` is a hint, never needed for correctness: the holding writer's
+//! token (the address of a thread-local), or `OWNER_READER` after a reader
+//! acquired, plus `OWNER_NONSPINNABLE` once a writer gave up spinning on a
+//! reader-owned lock. `spinner` admits one optimistic spinner at a time.
+//! `wait` is a [`RawTasLock`](crate::spin::RawTasLock) around the [`List`] of
+//! waiter nodes, each on its thread's stack (see [`super::wait_list`] for the
+//! grant handshake).
+//!
+//! # Transitions
+//!
+//! Fast paths, one atomic read-modify-write each:
+//!
+//! * read lock (`down_read`): `fetch_add(READER_BIAS)`; it holds the lock iff
+//!   the result has none of `WRITER_LOCKED | WAITERS | HANDOFF | READ_FAIL`.
+//!   So new readers do not barge past anyone queued. On failure the bias stays
+//!   in and the slow path starts with it.
+//! * write lock (`down_write`): compare-and-swap `0 -> WRITER_LOCKED`.
+//! * read unlock (`up_read`): `fetch_sub(READER_BIAS)`; if that leaves no
+//!   holder but `WAITERS`, wake the list.
+//! * write unlock (`up_write`): `fetch_sub(WRITER_LOCKED)`; if `WAITERS` was
+//!   set, wake the list.
+//! * downgrade (`downgrade_write`): `fetch_add(READER_BIAS - WRITER_LOCKED)`;
+//!   if `WAITERS` and a reader is first, grant the queued readers (a batch, as
+//!   in the wake engine below; a writer first is left alone).
+//!
+//! Reader slow path (`rwsem_down_read_slowpath`), holding a bias:
+//!
+//! 1. Unless the lock is very likely reader-owned (owner hint says reader and
+//!    more than one reader counted), *steal* it if neither `WRITER_LOCKED` nor
+//!    `HANDOFF` is set: keep the bias. The first reader of a new reader phase
+//!    then grants the queued readers too.
+//! 2. Otherwise queue a read node. If the list was empty and no writer holds
+//!    the lock, keep the bias and return instead. Take the bias back out (and
+//!    set `WAITERS` if first), then, since that bias may have made an unlocker
+//!    skip its wake-up, wake the list if the lock is now free or reader-owned
+//!    (`rwsem_cond_wake_waiter`).
+//! 3. Sleep until granted. The waker did the accounting; there is no retry.
+//!
+//! Writer slow path (`rwsem_down_write_slowpath`):
+//!
+//! 1. Spin optimistically (below); success means it holds the lock.
+//! 2. Queue a write node (set `WAITERS` if first, else wake readers at the head
+//!    if the lock is free or reader-owned). Then, under the wait-list lock,
+//!    loop (`rwsem_try_write_lock`): with `HANDOFF` set and someone else
+//!    first, fail; if the lock is held, fail, but first set `HANDOFF` if this
+//!    waiter has waited [`HANDOFF_AFTER`] (marking the first waiter); if it is
+//!    free, compare-and-swap in `WRITER_LOCKED`, clearing `HANDOFF`, and
+//!    `WAITERS` if it is the only waiter, and dequeue itself. On failure
+//!    sleep until kicked; a waiter the handoff names spins on a running
+//!    owner first and retries without sleeping if the lock comes free.
+//!
+//! Wake engine (`rwsem_mark_wake`, wait-list lock held), by what is first:
+//!
+//! * a writer: kick it (it retries for itself; stealers may still beat it
+//!   until it sets `HANDOFF`). Only for wake-ups of type *any*.
+//! * a reader: unless the caller already holds a read lock, add one bias to
+//!   grant it; if that finds `WRITER_LOCKED` (a writer stole the lock), take
+//!   the bias out again, setting `HANDOFF` if the reader has waited long
+//!   enough, and stop. Otherwise dequeue up to [`MAX_READERS_WAKEUP`] readers
+//!   from the whole list, writers keeping their order; in one atomic add,
+//!   add their biases (less the one already added), clear `HANDOFF` (it named
+//!   the first reader, now granted) and clear `WAITERS` if the list emptied.
+//!   After the wait-list lock is dropped each reader's grant is published and
+//!   it is woken.
+//!
+//! A timed-out waiter takes the wait-list lock. If a waker already dequeued
+//! it, the grant is on its way: it waits for it and succeeds. Otherwise it
+//! unlinks itself (`rwsem_del_wake_waiter`): if the list emptied it clears
+//! `WAITERS` and `HANDOFF`; if it was first, it clears `HANDOFF` (the promise
+//! was to it) and wakes the new first waiter, which may be able to run now.
+//!
+//! # Writer optimistic spinning
+//!
+//! The kernel spins while the owning writer is on a CPU, which user space
+//! cannot see. Our equivalent: a writer may spin while the lock's owner keeps
+//! making visible progress, i.e. while each writer owner (the `owner` token)
+//! has held the lock for less than [`WRITER_SPIN_LIMIT`] since we first saw
+//! it; a new owner restarts that clock. A reader-owned lock is spun on for at
+//! most the kernel's `10 + min(readers, 30) / 2` microseconds (25 at most);
+//! a spinner that times out there sets `OWNER_NONSPINNABLE`, so later writers
+//! queue at once until a writer acquires or the readers drain. The whole spin
+//! is capped at [`SPIN_LIMIT`], standing in for the kernel's `need_resched()`.
+//! Spinning never takes a lock marked `HANDOFF`. Only one writer spins at a
+//! time (the kernel's OSQ, reduced to a flag); a writer that finds the flag
+//! taken queues instead of spinning behind it, so spinners do not pile up on
+//! a machine with more threads than cores. The clock is read every 16 polls.
+//!
+//! # Handoff
+//!
+//! A waiter may request handoff once it has waited [`HANDOFF_AFTER`] (the
+//! kernel's `RWSEM_WAIT_TIMEOUT`, at least 4 ms): a writer at its next failed
+//! attempt, a reader when a wake-up finds a writer holding the lock. From then
+//! on the reader fast path, reader stealing, the writer fast path, optimistic
+//! spinners and the other queued writers all fail, so the first waiter is the
+//! next owner. Unlike the kernel we also clear `HANDOFF` when the waiter it
+//! names leaves on a time-out, so the bit always speaks for the current first
+//! waiter.
+//!
+//! # Memory ordering
+//!
+//! Every acquisition is an acquire read-modify-write of `count` (fast paths,
+//! stealing, the writers' compare-and-swaps), an acquire load of `count` that
+//! finds no writer (a reader keeping its bias when nobody is queued) or, for a
+//! granted reader, an acquire load of its grant, which the waker published
+//! with a release store after an acquire read-modify-write of `count` that
+//! found no writer (or while holding a read lock itself). Every release is a release read-modify-write of
+//! `count`. `WAITERS` and `HANDOFF` change only under the wait-list lock, and
+//! read-modify-writes of `count` are totally ordered, so an unlocker either
+//! sees `WAITERS` and wakes the list, or comes before the waiter's
+//! read-modify-write of `count`, which then sees the lock released. The
+//! adjustments made under the wait-list lock are relaxed: the spinlock orders
+//! them with each other and the grant's release store orders them before the
+//! woken readers' own unlocks. `owner` is relaxed throughout: it is a hint.
+//!
+//! # Under loom
+//!
+//! There is no clock under loom, so time-based decisions are deterministic:
+//! every time limit counts as already exceeded. A waiter is eligible for
+//! handoff at its first failed attempt, and a spinner polls the lock twice
+//! (once to see who owns it, once to find its budget spent) before it gives
+//! up, setting `OWNER_NONSPINNABLE` if readers own the lock. The wait-list
+//! lock is loom's `Mutex` there (see [`WaitLock`]).
+
+use core::fmt;
+use core::ptr;
+use std::time::{Duration, Instant};
+
+use lock_api::GuardSend;
+
+use super::wait_list::{Kind, List, ListCell, WaitLock, Waiter, Wakeups};
+use crate::futex::Wake;
+use crate::relax;
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+
+const WRITER_LOCKED: usize = 1 << 0;
+const WAITERS: usize = 1 << 1;
+const HANDOFF: usize = 1 << 2;
+const READER_SHIFT: u32 = 8;
+const READER_BIAS: usize = 1 << READER_SHIFT;
+const READ_FAIL: usize = 1 << (usize::BITS - 1);
+const READER_MASK: usize = !(READER_BIAS - 1);
+const LOCK_MASK: usize = WRITER_LOCKED | READER_MASK;
+const READ_FAILED_MASK: usize = WRITER_LOCKED | WAITERS | HANDOFF | READ_FAIL;
+
+const OWNER_READER: usize = 1 << 0;
+const OWNER_NONSPINNABLE: usize = 1 << 1;
+
+/// The most readers one wake-up grants (the kernel's `MAX_READERS_WAKEUP`).
+const MAX_READERS_WAKEUP: usize = 256;
+
+/// How long a waiter waits before it may request handoff (the kernel's
+/// `RWSEM_WAIT_TIMEOUT`, `HZ / 250` jiffies rounded up: 4 ms).
+const HANDOFF_AFTER: Duration = Duration::from_millis(4);
+
+/// How long a spinning writer keeps spinning on one writer owner. A writer
+/// that holds the lock longer is treated as the kernel treats an owner that is
+/// off its CPU: sleeping beats spinning on it.
+const WRITER_SPIN_LIMIT: Duration = Duration::from_micros(20);
+
+/// The longest one optimistic spin lasts, whatever the owners do.
+const SPIN_LIMIT: Duration = Duration::from_micros(100);
+
+/// Whether a spinner's `polls`-th poll reads the clock: every 16th poll, to
+/// keep clock reads off the critical path (the kernel does the same), and
+/// under loom every poll after the first.
+#[inline]
+fn clock_due(polls: u32) -> bool {
+    #[cfg(not(loom))]
+    return polls % 16 == 0;
+    #[cfg(loom)]
+    return polls > 1;
+}
+
+/// The kernel's `rwsem_rspin_threshold`: 10 µs plus half a µs per reader,
+/// counting at most 30 readers.
+fn reader_spin_limit(count: usize) -> Duration {
+    let readers = ((count & !READ_FAIL) >> READER_SHIFT).min(30) as u64;
+    Duration::from_micros(10 + readers / 2)
+}
+
+/// A moment, for the slow paths' time limits. Under loom there is no clock
+/// and every limit counts as exceeded (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    #[cfg(not(loom))]
+    at: Instant,
+}
+
+impl Stamp {
+    #[inline]
+    fn now() -> Self {
+        Stamp {
+            #[cfg(not(loom))]
+            at: Instant::now(),
+        }
+    }
+
+    #[inline]
+    fn exceeded(self, limit: Duration) -> bool {
+        #[cfg(not(loom))]
+        return self.at.elapsed() >= limit;
+        #[cfg(loom)]
+        {
+            let _ = limit;
+            true
+        }
+    }
+}
+
+/// What the wait list keeps per waiter, beyond its kind.
+struct WaitInfo {
+    /// When it queued, for handoff eligibility.
+    since: Stamp,
+    /// Whether `HANDOFF` names this waiter.
+    handoff_set: ListCell<bool>,
+}
+
+impl WaitInfo {
+    fn new() -> Self {
+        WaitInfo {
+            since: Stamp::now(),
+            handoff_set: ListCell::new(false),
+        }
+    }
+}
+
+type Node = Waiter<WaitInfo>;
+type WaitList = List<WaitInfo>;
+
+/// What a wake-up may do (the kernel's `rwsem_wake_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WakeType {
+    /// Whatever is first: kick a writer or grant readers.
+    Any,
+    /// Grant readers if a reader is first; leave a writer alone.
+    Readers,
+    /// As `Readers`, by a caller that holds a read lock already.
+    ReadOwned,
+}
+
+/// The kernel's reader-writer semaphore: a `lock_api::RawRwLock` whose
+/// waiters sleep on futexes.
+///
+/// Readers share, writers exclude. Queued waiters are served in FIFO order,
+/// with every queued reader granted together (up to 256 per wake-up) when a
+/// reader is first; new arrivals do not pass queued waiters on the fast path,
+/// a writer spins briefly on a running owner before it queues, and a waiter
+/// that has waited 4 ms gets the lock next. The [module
+/// documentation](crate::rwsem) compares it with [`RawSpinRwSem`](crate::rwsem::RawSpinRwSem);
+/// the algorithm is described at the top of `src/rwsem/kernel.rs`.
+///
+/// ```
+/// use ksync::rwsem::RwSem;
+///
+/// let config = RwSem::new(vec![1, 2, 3]);
+/// std::thread::scope(|s| {
+///     s.spawn(|| assert!(config.read().len() >= 3));
+///     s.spawn(|| config.write().push(4));
+/// });
+/// let mut writer = config.write();
+/// writer.push(5);
+/// // Keep reading what we wrote, and let other readers in.
+/// let reader = lock_api::RwLockWriteGuard::downgrade(writer);
+/// assert_eq!(*reader, [1, 2, 3, 4, 5]);
+/// ```
+pub struct RawRwSem {
+    count: AtomicUsize,
+    owner: AtomicUsize,
+    spinner: AtomicBool,
+    wait: WaitLock<WaitList>,
+}
+
+/// A [`lock_api::RwLock`] guarded by a [`RawRwSem`].
+pub type RwSem<T> = lock_api::RwLock<RawRwSem, T>;
+/// The shared guard of an [`RwSem`].
+pub type RwSemReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSem, T>;
+/// The exclusive guard of an [`RwSem`].
+pub type RwSemWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSem, T>;
+
+/// This thread's writer token for the `owner` hint: the address of a
+/// thread-local, nonzero and 4-aligned so the two flag bits stay clear.
+#[inline]
+fn writer_token() -> usize {
+    #[cfg(not(loom))]
+    std::thread_local!(static TOKEN: u32 = const { 0 });
+    #[cfg(loom)]
+    loom::thread_local!(static TOKEN: u32 = 0);
+    TOKEN.with(|token| ptr::from_ref(token).addr())
+}
+
+impl RawRwSem {
+    /// A new, unlocked semaphore.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        RawRwSem {
+            count: AtomicUsize::new(0),
+            owner: AtomicUsize::new(0),
+            spinner: AtomicBool::new(false),
+            wait: WaitLock::new(List::new()),
+        }
+    }
+
+    /// A new, unlocked semaphore (loom's atomics have no `const` constructor).
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        RawRwSem {
+            count: AtomicUsize::new(0),
+            owner: AtomicUsize::new(0),
+            spinner: AtomicBool::new(false),
+            wait: WaitLock::new(List::new()),
+        }
+    }
+
+    // ----- owner hint -----
+
+    #[inline]
+    fn set_writer_owned(&self) {
+        self.owner.store(writer_token(), Ordering::Relaxed);
+    }
+
+    /// Marks the lock reader-owned, keeping `OWNER_NONSPINNABLE`; skips the
+    /// store when the hint already says so, to spare the cache line.
+    #[inline]
+    fn set_reader_owned(&self) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner & !OWNER_NONSPINNABLE != OWNER_READER {
+            self.owner.store(
+                OWNER_READER | (owner & OWNER_NONSPINNABLE),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Stops writers from spinning on the current reader phase.
+    fn set_nonspinnable(&self) {
+        let _ = self
+            .owner
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |owner| {
+                (owner & (OWNER_READER | OWNER_NONSPINNABLE) == OWNER_READER)
+                    .then_some(owner | OWNER_NONSPINNABLE)
+            });
+    }
+
+    #[inline]
+    fn clear_nonspinnable(&self) {
+        if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
+            self.owner.fetch_and(!OWNER_NONSPINNABLE, Ordering::Relaxed);
+        }
+    }
+
+    // ----- fast paths -----
+
+    /// One reader bias in; `Err` carries the new count when that is not a
+    /// read lock (the bias stays in for the slow path).
+    #[inline]
+    fn read_fast(&self) -> Result<(), usize> {
+        let count = self
+            .count
+            .fetch_add(READER_BIAS, Ordering::Acquire)
+            .wrapping_add(READER_BIAS);
+        if count & READ_FAILED_MASK == 0 {
+            self.set_reader_owned();
+            Ok(())
+        } else {
+            Err(count)
+        }
+    }
+
+    #[inline]
+    fn write_fast(&self) -> bool {
+        let taken = self
+            .count
+            .compare_exchange(0, WRITER_LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if taken {
+            self.set_writer_owned();
+        }
+        taken
+    }
+
+    #[inline]
+    fn up_read(&self) {
+        let count = self
+            .count
+            .fetch_sub(READER_BIAS, Ordering::Release)
+            .wrapping_sub(READER_BIAS);
+        if count & (LOCK_MASK | WAITERS) == WAITERS {
+            self.clear_nonspinnable();
+            self.wake();
+        }
+    }
+
+    #[inline]
+    fn up_write(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        let old = self.count.fetch_sub(WRITER_LOCKED, Ordering::Release);
+        if old & WAITERS != 0 {
+            self.wake();
+        }
+    }
+
+    // ----- wake engine (wait-list lock held) -----
+
+    /// The kernel's `rwsem_wake`: the lock was released with waiters queued.
+    #[cold]
+    fn wake(&self) {
+        let mut wakeups = Wakeups::new();
+        let mut list = self.wait.lock();
+        self.mark_wake(&mut list, WakeType::Any, &mut wakeups);
+        drop(list);
+        wakeups.deliver();
+    }
+
+    /// The kernel's `rwsem_mark_wake`; see the module documentation.
+    fn mark_wake(&self, list: &mut WaitList, wake_type: WakeType, wakeups: &mut Wakeups<WaitInfo>) {
+        let Some(first) = list.front() else {
+            return;
+        };
+        if first.kind() == Kind::Write {
+            if wake_type == WakeType::Any {
+                wakeups.kick(list, first);
+            }
+            return;
+        }
+        if self.count.load(Ordering::Relaxed) & READ_FAIL != 0 {
+            return;
+        }
+        let mut counted = 0;
+        if wake_type != WakeType::ReadOwned {
+            // Grant the first reader speculatively: from here on no writer
+            // can take the lock.
+            let old = self.count.fetch_add(READER_BIAS, Ordering::Acquire);
+            if old & WRITER_LOCKED != 0 {
+                // A writer got in first. Back out, and promise the lock to
+                // this reader if it has waited long enough.
+                let mut undo = READER_BIAS;
+                if first.extra().since.exceeded(HANDOFF_AFTER) {
+                    if old & HANDOFF == 0 {
+                        undo -= HANDOFF;
+                    }
+                    first.extra().handoff_set.set(list, true);
+                }
+                self.count.fetch_sub(undo, Ordering::Relaxed);
+                return;
+            }
+            counted = READER_BIAS;
+            self.set_reader_owned();
+        }
+        // At least the first waiter is a reader, so `granted >= 1`.
+        let granted = list.grant_readers(MAX_READERS_WAKEUP, true, wakeups);
+        let mut adjustment = (granted * READER_BIAS).wrapping_sub(counted);
+        if list.is_empty() {
+            adjustment = adjustment.wrapping_sub(WAITERS);
+        }
+        // A handoff, if any, named the first reader, which now has the lock.
+        if self.count.load(Ordering::Relaxed) & HANDOFF != 0 {
+            adjustment = adjustment.wrapping_sub(HANDOFF);
+        }
+        if adjustment != 0 {
+            self.count.fetch_add(adjustment, Ordering::Relaxed);
+        }
+    }
+
+    /// The kernel's `rwsem_cond_wake_waiter`: after queueing, wake the list if
+    /// no writer holds the lock (a transient reader bias may have made an
+    /// unlocker skip its wake-up).
+    fn cond_wake(&self, list: &mut WaitList, count: usize, wakeups: &mut Wakeups<WaitInfo>) {
+        if count & WRITER_LOCKED != 0 {
+            return;
+        }
+        let wake_type = if count & READER_MASK != 0 {
+            WakeType::Readers
+        } else {
+            self.clear_nonspinnable();
+            WakeType::Any
+        };
+        self.mark_wake(list, wake_type, wakeups);
+    }
+
+    /// The kernel's `rwsem_del_wake_waiter`, for a waiter that gives up.
+    fn remove_waiter(&self, list: &mut WaitList, node: &Node) -> Wakeups<WaitInfo> {
+        let mut wakeups = Wakeups::new();
+        let was_first = list.is_front(node);
+        list.remove(node);
+        if list.is_empty() {
+            self.count
+                .fetch_and(!(WAITERS | HANDOFF), Ordering::Relaxed);
+        } else if was_first {
+            // `HANDOFF` named the waiter that is leaving.
+            if self.count.load(Ordering::Relaxed) & HANDOFF != 0 {
+                self.count.fetch_and(!HANDOFF, Ordering::Relaxed);
+            }
+            self.mark_wake(list, WakeType::Any, &mut wakeups);
+        }
+        wakeups
+    }
+
+    // ----- reader slow path -----
+
+    /// Holding one reader bias that did not amount to a read lock (`count` is
+    /// the count just after adding it), gets the read lock or gives up at
+    /// `deadline`. Returns whether it holds the lock.
+    #[cold]
+    fn read_slow(&self, count: usize, deadline: Option<Instant>) -> bool {
+        let readers = (count & !READ_FAIL) >> READER_SHIFT;
+        let likely_reader_owned = self.owner.load(Ordering::Relaxed) & OWNER_READER != 0
+            && readers > 1
+            && count & WRITER_LOCKED == 0;
+        if !likely_reader_owned && count & (WRITER_LOCKED | HANDOFF | READ_FAIL) == 0 {
+            // Steal: our bias is a read lock already.
+            self.set_reader_owned();
+            if readers == 1 && count & WAITERS != 0 {
+                // First reader of a new reader phase: bring the queued ones.
+                let mut wakeups = Wakeups::new();
+                let mut list = self.wait.lock();
+                self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
+                drop(list);
+                wakeups.deliver();
+            }
+            return true;
+        }
+
+        let node = Node::new(Kind::Read, WaitInfo::new());
+        let mut list = self.wait.lock();
+        let mut adjustment = READER_BIAS.wrapping_neg();
+        if list.is_empty() {
+            if self.count.load(Ordering::Acquire) & WRITER_LOCKED == 0 {
+                // Nobody queued and no writer: our bias is a read lock.
+                drop(list);
+                self.set_reader_owned();
+                return true;
+            }
+            adjustment = adjustment.wrapping_add(WAITERS);
+        }
+        // SAFETY: `node` lives on this frame and is used with this list only.
+        // We return only once it is off the list: granted (a waker dequeued
+        // it and we saw the grant) or removed by us in `remove_waiter`.
+        unsafe { list.push_back(&node) };
+        let count = self
+            .count
+            .fetch_add(adjustment, Ordering::Relaxed)
+            .wrapping_add(adjustment);
+        let mut wakeups = Wakeups::new();
+        self.cond_wake(&mut list, count, &mut wakeups);
+        drop(list);
+        wakeups.deliver();
+
+        loop {
+            if node.is_granted() {
+                return true;
+            }
+            if node.sleep(deadline) == Wake::TimedOut {
+                let mut list = self.wait.lock();
+                if !list.is_queued(&node) {
+                    // Dequeued by a waker: the grant beats the deadline.
+                    drop(list);
+                    node.wait_for_grant();
+                    return true;
+                }
+                let wakeups = self.remove_waiter(&mut list, &node);
+                drop(list);
+                wakeups.deliver();
+                return false;
+            }
+        }
+    }
+
+    // ----- writer slow path -----
+
+    #[cold]
+    fn write_slow(&self, deadline: Option<Instant>) -> bool {
+        if self.optimistic_spin() {
+            return true;
+        }
+
+        let node = Node::new(Kind::Write, WaitInfo::new());
+        let mut list = self.wait.lock();
+        // SAFETY: `node` lives on this frame and is used with this list only.
+        // Wakers never dequeue writers; we return only after dequeuing it
+        // ourselves, in `try_write_lock` or `remove_waiter`.
+        unsafe { list.push_back(&node) };
+        if list.is_front(&node) {
+            self.count.fetch_or(WAITERS, Ordering::Relaxed);
+        } else {
+            let mut wakeups = Wakeups::new();
+            let count = self.count.load(Ordering::Relaxed);
+            self.cond_wake(&mut list, count, &mut wakeups);
+            if !wakeups.is_empty() {
+                drop(list);
+                wakeups.deliver();
+                list = self.wait.lock();
+            }
+        }
+
+        loop {
+            node.rearm(&list);
+            if self.try_write_lock(&mut list, &node) {
+                return true;
+            }
+            let handoff_set = node.extra().handoff_set.get(&list);
+            drop(list);
+            let free = handoff_set && self.spin_on_owner();
+            if !free && node.sleep(deadline) == Wake::TimedOut {
+                let mut list = self.wait.lock();
+                let wakeups = self.remove_waiter(&mut list, &node);
+                drop(list);
+                wakeups.deliver();
+                return false;
+            }
+            list = self.wait.lock();
+        }
+    }
+
+    /// The kernel's `rwsem_try_write_lock`, for the queued `node`.
+    fn try_write_lock(&self, list: &mut WaitList, node: &Node) -> bool {
+        let is_first = list.is_front(node);
+        let mut count = self.count.load(Ordering::Relaxed);
+        let new = loop {
+            let handoff = count & HANDOFF != 0;
+            if handoff && !is_first {
+                return false;
+            }
+            let new = if count & LOCK_MASK != 0 {
+                if handoff || !node.extra().since.exceeded(HANDOFF_AFTER) {
+                    return false;
+                }
+                count | HANDOFF
+            } else {
+                let mut new = (count | WRITER_LOCKED) & !HANDOFF;
+                if list.is_singular() {
+                    new &= !WAITERS;
+                }
+                new
+            };
+            match self
+                .count
+                .compare_exchange(count, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break new,
+                Err(actual) => count = actual,
+            }
+        };
+        if new & HANDOFF != 0 {
+            if let Some(first) = list.front() {
+                first.extra().handoff_set.set(list, true);
+            }
+            return false;
+        }
+        list.remove(node);
+        self.set_writer_owned();
+        true
+    }
+
+    // ----- optimistic spinning -----
+
+    /// The kernel's `rwsem_optimistic_spin`; see the module documentation.
+    fn optimistic_spin(&self) -> bool {
+        if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
+            return false;
+        }
+        if self.spinner.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let mut budget = SpinBudget::new();
+        let mut count = self.count.load(Ordering::Relaxed);
+        let taken = loop {
+            if count & (LOCK_MASK | HANDOFF) == 0 {
+                match self.count.compare_exchange(
+                    count,
+                    count | WRITER_LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        self.set_writer_owned();
+                        break true;
+                    }
+                    Err(actual) => count = actual,
+                }
+            }
+            if count & HANDOFF != 0 || !budget.keep_spinning(self, count) {
+                break false;
+            }
+            relax::cpu_relax();
+            count = self.count.load(Ordering::Relaxed);
+        };
+        self.spinner.store(false, Ordering::Release);
+        taken
+    }
+
+    /// For the waiter `HANDOFF` names: spins while a running writer holds the
+    /// lock; returns whether it saw the lock free. Readers wake it when they
+    /// drain, so it does not spin on them.
+    fn spin_on_owner(&self) -> bool {
+        let mut budget = SpinBudget::new();
+        loop {
+            let count = self.count.load(Ordering::Relaxed);
+            if count & LOCK_MASK == 0 {
+                return true;
+            }
+            if count & WRITER_LOCKED == 0 || !budget.keep_spinning(self, count) {
+                return false;
+            }
+            relax::cpu_relax();
+        }
+    }
+}
+
+/// Who the spinner last saw holding the lock, and since when.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Free,
+    Writer { owner: usize, since: Stamp },
+    Readers { since: Stamp, limit: Duration },
+}
+
+/// The time limits of one optimistic spin.
+struct SpinBudget {
+    start: Stamp,
+    polls: u32,
+    phase: Phase,
+}
+
+impl SpinBudget {
+    fn new() -> Self {
+        SpinBudget {
+            start: Stamp::now(),
+            polls: 0,
+            phase: Phase::Free,
+        }
+    }
+
+    /// Accounts one poll that found the lock unavailable as `count`; returns
+    /// whether spinning may go on.
+    fn keep_spinning(&mut self, sem: &RawRwSem, count: usize) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        let check = clock_due(self.polls);
+        if count & WRITER_LOCKED != 0 {
+            let owner = sem.owner.load(Ordering::Relaxed);
+            match self.phase {
+                Phase::Writer { owner: seen, since } if seen == owner => {
+                    if check && since.exceeded(WRITER_SPIN_LIMIT) {
+                        return false;
+                    }
+                }
+                _ => {
+                    self.phase = Phase::Writer {
+                        owner,
+                        since: Stamp::now(),
+                    }
+                }
+            }
+        } else if count & READER_MASK != 0 {
+            match self.phase {
+                Phase::Readers { since, limit } => {
+                    if check && since.exceeded(limit) {
+                        sem.set_nonspinnable();
+                        return false;
+                    }
+                }
+                _ => {
+                    if sem.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
+                        return false;
+                    }
+                    self.phase = Phase::Readers {
+                        since: Stamp::now(),
+                        limit: reader_spin_limit(count),
+                    }
+                }
+            }
+        } else {
+            self.phase = Phase::Free;
+        }
+        !(check && self.start.exceeded(SPIN_LIMIT))
+    }
+}
+
+impl Default for RawRwSem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for RawRwSem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.count.load(Ordering::Relaxed);
+        f.debug_struct("RawRwSem")
+            .field("writer_locked", &(count & WRITER_LOCKED != 0))
+            .field("readers", &((count & !READ_FAIL) >> READER_SHIFT))
+            .field("waiters", &(count & WAITERS != 0))
+            .field("handoff", &(count & HANDOFF != 0))
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a writer holds the lock only after a successful acquire
+// compare-and-swap that set `WRITER_LOCKED` on a count with no reader bias and
+// no writer; a reader only while its bias is in the count with no
+// `WRITER_LOCKED` (its own acquire read-modify-write saw none, or a waker that
+// saw none granted it with a release store that the reader acquires). While
+// `WRITER_LOCKED` is set every reader bias added is either taken back out or
+// was added by a waker that found no writer; see the module documentation.
+// Releases are release read-modify-writes of the count.
+unsafe impl lock_api::RawRwLock for RawRwSem {
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[cfg(loom)]
+    const INIT: Self = panic!("use RawRwSem::new() under loom");
+
+    type SharedGuard = GuardSend;
+    type ExclusiveGuard = GuardSend;
+
+    #[inline]
+    fn lock_shared(&self) -> GuardSend {
+        if let Err(count) = self.read_fast() {
+            let acquired = self.read_slow(count, None);
+            debug_assert!(acquired);
+        }
+        GuardSend::new()
+    }
+
+    #[inline]
+    fn try_lock_shared(&self) -> Option<GuardSend> {
+        let mut count = self.count.load(Ordering::Relaxed);
+        loop {
+            if count & READ_FAILED_MASK != 0 {
+                return None;
+            }
+            match self.count.compare_exchange_weak(
+                count,
+                count + READER_BIAS,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.set_reader_owned();
+                    return Some(GuardSend::new());
+                }
+                Err(actual) => {
+                    count = actual;
+                    relax::cpu_relax();
+                }
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn unlock_shared(&self, _guard: GuardSend) {
+        self.up_read();
+    }
+
+    #[inline]
+    fn lock_exclusive(&self) -> GuardSend {
+        if !self.write_fast() {
+            let acquired = self.write_slow(None);
+            debug_assert!(acquired);
+        }
+        GuardSend::new()
+    }
+
+    #[inline]
+    fn try_lock_exclusive(&self) -> Option<GuardSend> {
+        self.write_fast().then(GuardSend::new)
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive(&self, _guard: GuardSend) {
+        self.up_write();
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        self.count.load(Ordering::Relaxed) & LOCK_MASK != 0
+    }
+
+    #[inline]
+    fn is_locked_exclusive(&self) -> bool {
+        self.count.load(Ordering::Relaxed) & WRITER_LOCKED != 0
+    }
+}
+
+// SAFETY: the downgrade swaps `WRITER_LOCKED` for one reader bias in a single
+// release read-modify-write, so no writer can get in between; the readers it
+// then grants join a lock that readers own.
+unsafe impl lock_api::RawRwLockDowngrade for RawRwSem {
+    unsafe fn downgrade(&self, _guard: GuardSend) -> GuardSend {
+        let old = self
+            .count
+            .fetch_add(READER_BIAS - WRITER_LOCKED, Ordering::Release);
+        self.set_reader_owned();
+        if old & WAITERS != 0 {
+            let mut wakeups = Wakeups::new();
+            let mut list = self.wait.lock();
+            self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
+            drop(list);
+            wakeups.deliver();
+        }
+        GuardSend::new()
+    }
+}
+
+// SAFETY: the timed variants acquire exactly as the untimed ones do; a waiter
+// that gives up leaves the lock's state as if it had never queued.
+unsafe impl lock_api::RawRwLockTimed for RawRwSem {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    fn try_lock_shared_for(&self, timeout: Duration) -> Option<GuardSend> {
+        self.try_lock_shared_deadline(Instant::now().checked_add(timeout))
+    }
+
+    fn try_lock_shared_until(&self, timeout: Instant) -> Option<GuardSend> {
+        self.try_lock_shared_deadline(Some(timeout))
+    }
+
+    fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<GuardSend> {
+        self.try_lock_exclusive_deadline(Instant::now().checked_add(timeout))
+    }
+
+    fn try_lock_exclusive_until(&self, timeout: Instant) -> Option<GuardSend> {
+        self.try_lock_exclusive_deadline(Some(timeout))
+    }
+}
+
+impl RawRwSem {
+    /// `deadline: None` (a timeout too large to represent) waits forever.
+    fn try_lock_shared_deadline(&self, deadline: Option<Instant>) -> Option<GuardSend> {
+        match self.read_fast() {
+            Ok(()) => Some(GuardSend::new()),
+            Err(count) => self.read_slow(count, deadline).then(GuardSend::new),
+        }
+    }
+
+    fn try_lock_exclusive_deadline(&self, deadline: Option<Instant>) -> Option<GuardSend> {
+        if self.write_fast() || self.write_slow(deadline) {
+            Some(GuardSend::new())
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use lock_api::{RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
+    use std::sync::Arc;
+
+    fn count(sem: &RawRwSem) -> usize {
+        sem.count.load(Ordering::Relaxed)
+    }
+
+    fn wait_for(sem: &RawRwSem, bits: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count(sem) & bits != bits {
+            assert!(Instant::now() < deadline, "never saw {bits:#x} in {sem:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn fast_paths_are_single_steps_on_the_count() {
+        let sem = RawRwSem::new();
+        let r = sem.lock_shared();
+        assert_eq!(count(&sem), READER_BIAS);
+        assert_eq!(sem.owner.load(Ordering::Relaxed), OWNER_READER);
+        // SAFETY: `r` is ours.
+        unsafe { sem.unlock_shared(r) };
+        assert_eq!(count(&sem), 0);
+
+        let w = sem.lock_exclusive();
+        assert_eq!(count(&sem), WRITER_LOCKED);
+        assert_eq!(sem.owner.load(Ordering::Relaxed), writer_token());
+        // SAFETY: `w` is ours.
+        let r = unsafe { sem.downgrade(w) };
+        assert_eq!(count(&sem), READER_BIAS);
+        // SAFETY: `r` is ours.
+        unsafe { sem.unlock_shared(r) };
+        assert_eq!(count(&sem), 0);
+    }
+
+    #[test]
+    fn a_timed_out_waiter_clears_the_flags_it_set() {
+        let sem = Arc::new(RawRwSem::new());
+        let w = sem.lock_exclusive();
+        for exclusive in [false, true] {
+            let waiter = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let timeout = Duration::from_millis(20);
+                    if exclusive {
+                        sem.try_lock_exclusive_for(timeout).is_some()
+                    } else {
+                        sem.try_lock_shared_for(timeout).is_some()
+                    }
+                })
+            };
+            wait_for(&sem, WAITERS);
+            assert!(!waiter.join().unwrap());
+            assert_eq!(count(&sem), WRITER_LOCKED, "{sem:?}");
+        }
+        // SAFETY: `w` is ours.
+        unsafe { sem.unlock_exclusive(w) };
+        assert_eq!(count(&sem), 0);
+    }
+
+    /// Gets a writer queued long enough to be handoff-eligible, then has it
+    /// fail once while we hold the lock: it must set `HANDOFF`, and when it
+    /// gives up at its deadline it must take `HANDOFF` with it.
+    #[test]
+    fn handoff_is_set_after_the_delay_and_leaves_with_its_waiter() {
+        for _attempt in 0..20 {
+            let sem = Arc::new(RawRwSem::new());
+            let first = sem.lock_exclusive();
+            let head = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let got = sem.try_lock_exclusive_for(Duration::from_millis(300));
+                    // SAFETY: ours, if acquired.
+                    got.map(|g| unsafe { sem.unlock_exclusive(g) }).is_some()
+                })
+            };
+            wait_for(&sem, WAITERS);
+            std::thread::sleep(HANDOFF_AFTER * 2);
+            // SAFETY: `first` is ours.
+            unsafe { sem.unlock_exclusive(first) };
+            // Steal it back before the kicked head runs, if we can.
+            let again = sem.lock_exclusive();
+            if count(&sem) & WAITERS == 0 {
+                // The head got in first and left; try again.
+                // SAFETY: `again` is ours.
+                unsafe { sem.unlock_exclusive(again) };
+                head.join().unwrap();
+                continue;
+            }
+            wait_for(&sem, HANDOFF);
+            // Every stealer now fails: the lock is promised to the head.
+            assert!(sem.try_lock_shared().is_none());
+            assert!(sem.first_waiter_has_handoff());
+            assert!(!head.join().unwrap(), "the head got a lock we held");
+            assert_eq!(count(&sem), WRITER_LOCKED, "{sem:?}");
+            // SAFETY: `again` is ours.
+            unsafe { sem.unlock_exclusive(again) };
+            assert_eq!(count(&sem), 0);
+            return;
+        }
+        panic!("never managed to take the lock back before the woken head");
+    }
+
+    impl RawRwSem {
+        /// Whether `HANDOFF` names the first waiter (false with nobody queued).
+        fn first_waiter_has_handoff(&self) -> bool {
+            let list = self.wait.lock();
+            list.front()
+                .is_some_and(|first| first.extra().handoff_set.get(&list))
+        }
+    }
+}
