@@ -69,15 +69,31 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -
 }
 
 /// Wakes up to `count` threads blocked in [`wait`] on `word`; returns how many woke.
-#[cfg(all(not(loom), target_os = "linux"))]
+#[cfg(not(loom))]
 pub(crate) fn wake(word: &AtomicU32, count: u32) -> u32 {
+    // SAFETY: a live reference is certainly an address `wake_ptr` may use.
+    unsafe { wake_ptr(word, count) }
+}
+
+/// [`wake`] for a word that may already be gone: a sleeper that returns as
+/// soon as it sees its grant may free its wait node (a stack frame) before the
+/// granting thread gets to wake it, and a reference to freed memory may not
+/// even be formed. `FUTEX_WAKE` uses the address only as a hash key and never
+/// reads it; a stale address at worst wakes a later sleeper on the same
+/// address spuriously, which every sleeper tolerates by re-checking.
+///
+/// # Safety
+///
+/// `word` must have been the address of an `AtomicU32` that sleepers wait
+/// on; it need not be live any more.
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) unsafe fn wake_ptr(word: *const AtomicU32, count: u32) -> u32 {
     let count = count.min(i32::MAX as u32) as i32;
-    // SAFETY: FUTEX_WAKE only uses the address as a key; it never dereferences
-    // it, so even a word that is about to be freed is fine.
+    // SAFETY: FUTEX_WAKE never dereferences the address (see above).
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
-            word.as_ptr(),
+            word,
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
             count,
         )
@@ -99,8 +115,12 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -
 }
 
 /// Portable fallback where there is no futex: waiters poll, so nothing to do.
+///
+/// # Safety
+///
+/// None needed; the signature matches the Linux version.
 #[cfg(all(not(loom), not(target_os = "linux")))]
-pub(crate) fn wake(_word: &AtomicU32, _count: u32) -> u32 {
+pub(crate) unsafe fn wake_ptr(_word: *const AtomicU32, _count: u32) -> u32 {
     0
 }
 
@@ -125,7 +145,7 @@ mod model {
         super::Wake::Woken
     }
 
-    pub(crate) fn wake(_word: &AtomicU32) {
+    pub(crate) fn wake() {
         let _guard = FUTEX.0.lock().unwrap();
         FUTEX.1.notify_all();
     }
@@ -140,8 +160,19 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<std::time::
 /// Model of [`wake`] for loom: wakes every modelled sleeper (a superset of
 /// what the kernel would wake, which callers must tolerate anyway).
 #[cfg(loom)]
-pub(crate) fn wake(word: &AtomicU32, count: u32) -> u32 {
-    model::wake(word);
+pub(crate) fn wake(_word: &AtomicU32, count: u32) -> u32 {
+    model::wake();
+    count
+}
+
+/// Model of [`wake_ptr`] for loom: the model never looks at the address.
+///
+/// # Safety
+///
+/// None needed; the signature matches the native version.
+#[cfg(loom)]
+pub(crate) unsafe fn wake_ptr(_word: *const AtomicU32, count: u32) -> u32 {
+    model::wake();
     count
 }
 

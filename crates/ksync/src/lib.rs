@@ -7,9 +7,12 @@
 //! * [`spin`]: test-and-set, ticket (plain, fixed backoff, auto-tuned
 //!   proportional backoff), MCS, the kernel's 4-byte queued spinlock and its
 //!   paravirt flavour, which sleeps instead of spinning when threads outnumber cores.
+//! * [`rwsem`] (`std`): the modern kernel rwsem (one count word, FIFO wait
+//!   list, batched reader grants, writer optimistic spinning, handoff) and the
+//!   2001 generic spinlock-protected rwsem.
 //!
 //! Every lock is a [`lock_api`] raw lock, so `lock_api::Mutex<RawQSpinLock, T>`
-//! (alias [`spin::QSpinMutex`]) gives RAII guards, `try_lock` and guard mapping.
+//! (alias `spin::QSpinMutex`) gives RAII guards, `try_lock` and guard mapping.
 //!
 //! ```
 //! use ksync::spin::QSpinMutex;
@@ -51,3 +54,8 @@ pub mod spin;
 
 #[cfg(any(feature = "std", loom))]
 pub mod rwsem;
+
+/// The README's examples, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
