@@ -24,6 +24,10 @@ use table::Table;
     about = "Reproduces the kernel's lock experiments with ksync beside std, parking_lot, spin and pthread"
 )]
 struct Cli {
+    /// Relaxes a paravirt qspinlock waiter spins before it sleeps (the
+    /// kernel's SPIN_THRESHOLD); default ksync's.
+    #[arg(long, global = true)]
+    pv_spin_threshold: Option<u32>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -81,6 +85,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(spins) = cli.pv_spin_threshold {
+        ksync::spin::set_pv_spin_threshold(spins);
+    }
     let result = match cli.command.unwrap_or(Command::Compare { seconds: 1.0 }) {
         Command::Compare { seconds } => compare(seconds),
         Command::Uncontended {
@@ -261,9 +268,27 @@ fn contended_table(
     cs_work: u32,
 ) -> (Table, Scores) {
     let mut results = Vec::with_capacity(locks.len());
+    let mut pv_lines = Vec::new();
     for lock in locks {
         eprintln!("  {threads} threads: {}...", lock.name);
-        results.push((lock, (lock.contended)(threads, duration, cs_work)));
+        ksync::spin::reset_pv_stats();
+        let result = (lock.contended)(threads, duration, cs_work);
+        if lock.name == "pv-qspin" {
+            let s = ksync::spin::pv_stats();
+            let per_kop = |n: u64| n as f64 * 1000.0 / result.ops.max(1) as f64;
+            pv_lines.push(format!(
+                "pv-qspin lock events per 1000 acquisitions: slowpath {:.1}, steals {:.1}, \
+                 halts {:.1} (queued {:.1}, head {:.1}), unlock kicks {:.1}, spurious wake-ups {:.1}",
+                per_kop(s.slowpath),
+                per_kop(s.steals()),
+                per_kop(s.halts()),
+                per_kop(s.wait_node),
+                per_kop(s.wait_head),
+                per_kop(s.kick_unlock),
+                per_kop(s.spurious_wakeups()),
+            ));
+        }
+        results.push((lock, result));
     }
     let scores = Scores {
         workload: format!("{threads} threads (Mops/s)"),
@@ -295,6 +320,9 @@ fn contended_table(
                 "NO: LOST UPDATES".into()
             },
         ]);
+    }
+    for line in pv_lines {
+        table.note(line);
     }
     (table, scores)
 }

@@ -4,6 +4,7 @@
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
+    notes: Vec<String>,
 }
 
 impl Table {
@@ -11,11 +12,17 @@ impl Table {
         Table {
             header: header.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
+    }
+
+    /// A line printed under the table.
+    pub fn note(&mut self, line: String) {
+        self.notes.push(line);
     }
 
     /// Renders as a Markdown table, which reads well in a terminal too.
@@ -46,6 +53,13 @@ impl Table {
         out.push_str(&format!("|-{}-|\n", rule.join("-|-")));
         for row in &self.rows {
             out.push_str(&line(row));
+        }
+        if !self.notes.is_empty() {
+            out.push('\n');
+            for note in &self.notes {
+                out.push_str(note);
+                out.push('\n');
+            }
         }
         out
     }
