@@ -247,22 +247,7 @@ impl Events {
     }
 }
 
-/// The global counters; under loom one set per OS thread (see `qspin.rs`).
-#[inline]
-fn events() -> &'static Events {
-    #[cfg(not(loom))]
-    {
-        static EVENTS: Events = Events::new();
-        &EVENTS
-    }
-    #[cfg(loom)]
-    {
-        std::thread_local! {
-            static EVENTS: &'static Events = Box::leak(Box::new(Events::new()));
-        }
-        EVENTS.with(|e| *e)
-    }
-}
+super::qspin::event_set!(Events);
 
 /// A snapshot of [`RawPvQSpinLock`]'s slow-path events, summed over every
 /// lock and thread since start (or [`reset_pv_stats`]). The field names are

@@ -267,6 +267,32 @@ pub(super) fn while_queued(depth: u32) {
 // ---------------------------------------------------------------------------
 // Event counters.
 
+/// Defines `fn events() -> &'static $set`, the one set of event counters of
+/// a lock family: a global static natively; under loom one leaked set per OS
+/// thread, because a model's simulated threads all run on the test's thread,
+/// so each model counts its own exploration while the test harness runs
+/// models side by side.
+macro_rules! event_set {
+    ($set:ty) => {
+        #[inline]
+        fn events() -> &'static $set {
+            #[cfg(not(loom))]
+            {
+                static EVENTS: $set = <$set>::new();
+                &EVENTS
+            }
+            #[cfg(loom)]
+            {
+                std::thread_local! {
+                    static EVENTS: &'static $set = Box::leak(Box::new(<$set>::new()));
+                }
+                EVENTS.with(|e| *e)
+            }
+        }
+    };
+}
+pub(super) use event_set;
+
 /// An event counter: relaxed, bumped on slow paths only.
 pub(super) struct EventCounter(unmodelled::AtomicU64);
 
@@ -314,24 +340,7 @@ impl Events {
     }
 }
 
-/// The global counters. Under loom, one set per OS thread: a model's
-/// simulated threads all run on the test's thread, so each model counts its
-/// own exploration while the test harness runs models side by side.
-#[inline]
-fn events() -> &'static Events {
-    #[cfg(not(loom))]
-    {
-        static EVENTS: Events = Events::new();
-        &EVENTS
-    }
-    #[cfg(loom)]
-    {
-        std::thread_local! {
-            static EVENTS: &'static Events = Box::leak(Box::new(Events::new()));
-        }
-        EVENTS.with(|e| *e)
-    }
-}
+event_set!(Events);
 
 /// A snapshot of [`RawQSpinLock`]'s slow-path events, named after the
 /// kernel's lock events (`kernel/locking/lock_events_list.h`), summed over
