@@ -13,6 +13,9 @@
 //! broken lock produces lost updates, not undefined behaviour; on x86 and Arm
 //! the loads and stores compile to the same plain moves.
 //!
+//! It also holds the generic `try_lock`, panic and several-locks checks
+//! every mutex runs.
+//!
 //! Every run has a watchdog: a lock that deadlocks or starves a thread fails
 //! the test after a generous bound instead of hanging CI.
 #![allow(dead_code)]
@@ -180,4 +183,99 @@ unsafe impl RawMutex for BrokenLock {
     fn is_locked(&self) -> bool {
         self.held.load(Ordering::Relaxed)
     }
+}
+
+/// Half of four threads only `try_lock`, half `lock`, `iters` rounds each;
+/// the data under the lock stays consistent, and an uncontended `try_lock`
+/// never fails.
+pub fn try_lock_under_contention<R>(iters: u64)
+where
+    R: RawMutex + Send + Sync + 'static,
+{
+    let data = Arc::new(lock_api::Mutex::<R, _>::new((0u64, 0u64)));
+    let tried = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let data = Arc::clone(&data);
+            let tried = Arc::clone(&tried);
+            std::thread::spawn(move || {
+                for _ in 0..iters {
+                    let guard = if t % 2 == 0 {
+                        Some(data.lock())
+                    } else {
+                        data.try_lock()
+                    };
+                    if let Some(mut pair) = guard {
+                        pair.0 += 1;
+                        std::hint::spin_loop();
+                        pair.1 += 1;
+                        assert_eq!(pair.0, pair.1);
+                        if t % 2 == 1 {
+                            tried.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let pair = *data.lock();
+    assert_eq!(pair.0, pair.1);
+    assert_eq!(pair.0, 2 * iters + tried.load(Ordering::Relaxed));
+    // Alone, try_lock succeeds.
+    let guard = data.try_lock().expect("an uncontended try_lock");
+    assert!(data.try_lock().is_none());
+    drop(guard);
+}
+
+/// A panic inside the critical section drops the guard, which unlocks.
+pub fn guard_drop_on_panic_unlocks<R>()
+where
+    R: RawMutex + Send + Sync + 'static,
+{
+    let data = Arc::new(lock_api::Mutex::<R, _>::new(0u32));
+    let panicker = {
+        let data = Arc::clone(&data);
+        std::thread::spawn(move || {
+            let mut guard = data.lock();
+            *guard += 1;
+            panic!("deliberate panic inside the critical section");
+        })
+    };
+    assert!(panicker.join().is_err());
+    assert!(!data.is_locked());
+    *data.lock() += 1;
+    assert_eq!(*data.lock(), 2);
+}
+
+/// Each of `threads` threads takes three of six locks in a fixed global
+/// order (so no deadlock) and bumps all three counters, `iters` times, while
+/// the others queue on the same locks: a thread waits in one queue while
+/// holding other locks, and every lock sees holders and queues at once.
+pub fn threads_holding_several_locks<R>(threads: usize, iters: u64)
+where
+    R: RawMutex + Send + Sync + 'static,
+{
+    const LOCKS: usize = 6;
+    let locks: Arc<Vec<lock_api::Mutex<R, u64>>> =
+        Arc::new((0..LOCKS).map(|_| lock_api::Mutex::new(0)).collect());
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let locks = Arc::clone(&locks);
+            std::thread::spawn(move || {
+                let mut mine = [t % LOCKS, (t + 2) % LOCKS, (t + 3) % LOCKS];
+                mine.sort_unstable();
+                for _ in 0..iters {
+                    let mut guards: Vec<_> = mine.iter().map(|&i| locks[i].lock()).collect();
+                    for g in &mut guards {
+                        **g += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|t| t.join().unwrap());
+    let total: u64 = locks.iter().map(|l| *l.lock()).sum();
+    assert_eq!(total, 3 * threads as u64 * iters);
+    assert!(locks.iter().all(|l| !l.is_locked()));
 }

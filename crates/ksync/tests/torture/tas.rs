@@ -1,7 +1,7 @@
 //! RawTasLock through the exclusion check, plus try_lock and panic behaviour.
 
-use crate::common::assert_excludes;
-use ksync::spin::{RawTasLock, TasMutex};
+use crate::common::{self, assert_excludes};
+use ksync::spin::RawTasLock;
 use lock_api::RawMutex;
 use std::sync::Arc;
 
@@ -51,15 +51,5 @@ fn try_lock_fails_while_held_and_succeeds_after() {
 
 #[test]
 fn a_panic_while_holding_the_guard_releases_the_lock() {
-    let data = Arc::new(TasMutex::new(0u32));
-    let d = Arc::clone(&data);
-    let result = std::thread::spawn(move || {
-        let mut guard = d.lock();
-        *guard += 1;
-        panic!("deliberate panic while holding the lock");
-    })
-    .join();
-    assert!(result.is_err());
-    assert!(!data.is_locked());
-    assert_eq!(*data.try_lock().expect("lock released by unwinding"), 1);
+    common::guard_drop_on_panic_unlocks::<RawTasLock>();
 }
