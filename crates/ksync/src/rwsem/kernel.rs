@@ -193,7 +193,7 @@ const SPIN_LIMIT: Duration = Duration::from_micros(100);
 #[inline]
 fn clock_due(polls: u32) -> bool {
     #[cfg(not(loom))]
-    return polls % 16 == 0;
+    return polls.is_multiple_of(16);
     #[cfg(loom)]
     return polls > 1;
 }
