@@ -81,23 +81,3 @@ pub fn registry() -> Vec<LockEntry> {
         entry::<CasFloor>("cas-floor", Floor, "bare compare-and-swap + release store"),
     ]
 }
-
-/// The entries named in `names` (comma-separated list already split), in
-/// the order given; an unknown name is an error listing the known ones.
-pub fn select(names: &[String]) -> Result<Vec<LockEntry>, String> {
-    let mut all = registry();
-    let mut chosen = Vec::with_capacity(names.len());
-    for name in names {
-        match all.iter().position(|e| e.name == name) {
-            Some(i) => chosen.push(all.remove(i)),
-            None => {
-                let known: Vec<_> = registry().iter().map(|e| e.name).collect();
-                return Err(format!(
-                    "unknown lock '{name}' (or named twice); known locks: {}",
-                    known.join(", ")
-                ));
-            }
-        }
-    }
-    Ok(chosen)
-}

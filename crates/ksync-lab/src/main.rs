@@ -149,51 +149,44 @@ fn main() -> ExitCode {
     }
 }
 
-fn chosen(names: &[String]) -> Result<Vec<LockEntry>, String> {
-    if names.is_empty() {
-        Ok(locks::registry())
-    } else {
-        locks::select(names)
-    }
-}
-
-fn chosen_mixes(names: &[String]) -> Result<Vec<rwsem::Mix>, String> {
-    if names.is_empty() {
-        return Ok(rwsem::MIXES.to_vec());
-    }
-    names
-        .iter()
-        .map(|name| {
-            rwsem::MIXES
-                .iter()
-                .find(|m| m.name == name)
-                .copied()
-                .ok_or_else(|| {
-                    format!("unknown mix '{name}'; the mixes are rw, r1, r2, ro, w1, wo")
-                })
-        })
-        .collect()
-}
-
-fn chosen_rw(names: &[String]) -> Result<Vec<rwsem::RwEntry>, String> {
-    let all = rwsem::registry();
+/// The entries of `all` named in `names`, in that order; all of them when
+/// `names` is empty. An unknown or repeated name is an error that lists the
+/// known ones.
+fn pick<T>(
+    mut all: Vec<T>,
+    names: &[String],
+    name_of: fn(&T) -> &'static str,
+    what: &str,
+) -> Result<Vec<T>, String> {
     if names.is_empty() {
         return Ok(all);
     }
-    let mut chosen = Vec::new();
+    let known: Vec<&str> = all.iter().map(name_of).collect();
+    let mut chosen = Vec::with_capacity(names.len());
     for name in names {
-        match rwsem::registry().into_iter().find(|e| e.name == name) {
-            Some(entry) => chosen.push(entry),
+        match all.iter().position(|e| name_of(e) == name) {
+            Some(i) => chosen.push(all.remove(i)),
             None => {
-                let known: Vec<_> = all.iter().map(|e| e.name).collect();
                 return Err(format!(
-                    "unknown reader-writer lock '{name}'; known: {}",
+                    "unknown {what} '{name}' (or named twice); known: {}",
                     known.join(", ")
-                ));
+                ))
             }
         }
     }
     Ok(chosen)
+}
+
+fn chosen(names: &[String]) -> Result<Vec<LockEntry>, String> {
+    pick(locks::registry(), names, |e| e.name, "lock")
+}
+
+fn chosen_rw(names: &[String]) -> Result<Vec<rwsem::RwEntry>, String> {
+    pick(rwsem::registry(), names, |e| e.name, "reader-writer lock")
+}
+
+fn chosen_mixes(names: &[String]) -> Result<Vec<rwsem::Mix>, String> {
+    pick(rwsem::MIXES.to_vec(), names, |m| m.name, "mix")
 }
 
 fn run_length(seconds: f64) -> Result<Duration, String> {
