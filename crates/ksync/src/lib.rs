@@ -10,6 +10,8 @@
 //! * [`rwsem`] (`std`): the modern kernel rwsem (one count word, FIFO wait
 //!   list, batched reader grants, writer optimistic spinning, handoff) and the
 //!   2001 generic spinlock-protected rwsem.
+//! * [`sem`] (`std`): System V semaphore sets with the kernel's `semop` /
+//!   `semctl` semantics, per-semaphore locking and waker-completed sleepers.
 //!
 //! Every lock is a [`lock_api`] raw lock, so `lock_api::Mutex<RawQSpinLock, T>`
 //! (alias `spin::QSpinMutex`) gives RAII guards, `try_lock` and guard mapping.
@@ -54,6 +56,9 @@ pub mod spin;
 
 #[cfg(any(feature = "std", loom))]
 pub mod rwsem;
+
+#[cfg(any(feature = "std", loom))]
+pub mod sem;
 
 /// The README's examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]

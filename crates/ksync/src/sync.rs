@@ -10,14 +10,42 @@
 #[cfg(loom)]
 #[allow(unused_imports)]
 pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
 #[cfg(not(loom))]
 #[allow(unused_imports)]
 pub(crate) use core::sync::atomic::{
-    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// `core::cell::UnsafeCell` with loom's closure API, so data protected by a
+/// lock is checked for unsynchronized access under loom and costs nothing
+/// otherwise.
+#[cfg(not(loom))]
+pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+#[allow(dead_code)]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        UnsafeCell(core::cell::UnsafeCell::new(value))
+    }
+
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
 
 /// True where [`store_low_u8`] and [`store_low_u16`] are single plain stores.
 ///
@@ -246,5 +274,5 @@ pub(crate) fn signal_fence() {
 /// executions is how a model shows that it reached a path.
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod unmodelled {
-    pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64};
+    pub(crate) use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 }

@@ -43,7 +43,7 @@ use core::ptr;
 use crate::futex::{self, Wake};
 #[cfg(not(loom))]
 use crate::spin::RawTasLock;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 use std::time::Instant;
 
 const WAITING: u32 = 0;
@@ -105,31 +105,6 @@ impl<T> WaitLock<T> {
 pub(super) enum Kind {
     Read,
     Write,
-}
-
-#[cfg(loom)]
-use loom::cell::UnsafeCell;
-
-/// `core::cell::UnsafeCell` with loom's closure API, so the same code is
-/// checked for unsynchronized access under loom.
-#[cfg(not(loom))]
-struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
-
-#[cfg(not(loom))]
-impl<T> UnsafeCell<T> {
-    fn new(value: T) -> Self {
-        UnsafeCell(core::cell::UnsafeCell::new(value))
-    }
-
-    #[inline(always)]
-    fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
-    }
-
-    #[inline(always)]
-    fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
 }
 
 /// A field of a queued node that only the holder of the wait-list lock may

@@ -1,0 +1,98 @@
+//! The errors of [`SemSet`](super::SemSet) calls, one variant per errno the
+//! kernel's `semop`, `semtimedop` and `semctl` return for the same mistake.
+
+use core::fmt;
+
+/// Why a semaphore call failed. Each variant is one errno of the kernel's
+/// `semop(2)` / `semctl(2)`, checked in the kernel's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SemError {
+    /// `E2BIG`: more than [`SEMOPM`](super::SEMOPM) operations in one call.
+    TooBig,
+    /// `EINVAL`: no operations; a set of 0 or more than
+    /// [`SEMMSL`](super::SEMMSL) semaphores; a semaphore number out of range
+    /// in a control call; `SEM_UNDO` without an undo context; a value array of
+    /// the wrong length.
+    Invalid,
+    /// `EFBIG`: an operation names a semaphore the set does not have.
+    FileTooBig,
+    /// `ERANGE`: a value would exceed [`SEMVMX`](super::SEMVMX) (or a
+    /// `SETVAL` / `SETALL` value is outside `0..=SEMVMX`), or an undo
+    /// adjustment would leave the kernel's range.
+    Range,
+    /// `EAGAIN`: the operation would block and its `IPC_NOWAIT` flag is set,
+    /// or the timeout expired.
+    Again,
+    /// `EIDRM`: the set was removed, while the caller slept or before.
+    Removed,
+}
+
+impl SemError {
+    /// The errno the kernel returns for this error.
+    pub fn errno(self) -> i32 {
+        match self {
+            SemError::TooBig => 7,      // E2BIG
+            SemError::Invalid => 22,    // EINVAL
+            SemError::FileTooBig => 27, // EFBIG
+            SemError::Range => 34,      // ERANGE
+            SemError::Again => 11,      // EAGAIN
+            SemError::Removed => 43,    // EIDRM
+        }
+    }
+
+    /// The error for a kernel errno, if `semop` or `semctl` can return it here.
+    pub fn from_errno(errno: i32) -> Option<SemError> {
+        [
+            SemError::TooBig,
+            SemError::Invalid,
+            SemError::FileTooBig,
+            SemError::Range,
+            SemError::Again,
+            SemError::Removed,
+        ]
+        .into_iter()
+        .find(|e| e.errno() == errno)
+    }
+
+    /// The status word value a waker publishes for this error (see `queue`).
+    pub(crate) fn to_code(self) -> u32 {
+        self.errno() as u32
+    }
+}
+
+impl fmt::Display for SemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SemError::TooBig => "too many operations in one call (E2BIG): at most SEMOPM = 500",
+            SemError::Invalid => "invalid argument (EINVAL)",
+            SemError::FileTooBig => "semaphore number out of range for this set (EFBIG)",
+            SemError::Range => "value or undo adjustment out of range (ERANGE): at most 32767",
+            SemError::Again => "operation would block (EAGAIN): IPC_NOWAIT or timeout",
+            SemError::Removed => "the semaphore set was removed (EIDRM)",
+        })
+    }
+}
+
+impl std::error::Error for SemError {}
+
+#[cfg(test)]
+mod tests {
+    use super::SemError;
+
+    #[test]
+    fn errno_round_trips_and_matches_libc() {
+        for (e, errno) in [
+            (SemError::TooBig, libc::E2BIG),
+            (SemError::Invalid, libc::EINVAL),
+            (SemError::FileTooBig, libc::EFBIG),
+            (SemError::Range, libc::ERANGE),
+            (SemError::Again, libc::EAGAIN),
+            (SemError::Removed, libc::EIDRM),
+        ] {
+            assert_eq!(e.errno(), errno);
+            assert_eq!(SemError::from_errno(errno), Some(e));
+        }
+        assert_eq!(SemError::from_errno(libc::EPERM), None);
+    }
+}

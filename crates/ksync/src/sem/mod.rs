@@ -1,0 +1,112 @@
+//! System V semaphore sets in user space, with the kernel's `semop` and
+//! `semctl` semantics and the optimisations of seeds 000 and 003.
+//!
+//! A [`SemSet`] is an array of counters on which one call performs several
+//! operations atomically: all of them or none, in array order. An operation
+//! ([`SemBuf`]) adds to a semaphore (`op > 0`), takes from it, blocking while
+//! that would make it negative (`op < 0`), or waits for it to be zero
+//! (`op == 0`). `IPC_NOWAIT` turns a block into [`SemError::Again`];
+//! `SEM_UNDO` records the change in a [`SemUndo`] context that reverses it
+//! when dropped. Errors, limits and their order are the kernel's.
+//!
+//! ```
+//! use ksync::sem::{SemBuf, SemSet};
+//! use std::sync::Arc;
+//!
+//! let set = Arc::new(SemSet::new(1)?);
+//! let waiter = {
+//!     let set = Arc::clone(&set);
+//!     std::thread::spawn(move || set.semop(&[SemBuf::new(0, -2, 0)]))
+//! };
+//! set.semop(&[SemBuf::new(0, 2, 0)])?; // completes the waiter's -2
+//! waiter.join().unwrap()?;
+//! assert_eq!(set.get_value(0)?, 0);
+//! # Ok::<(), ksync::sem::SemError>(())
+//! ```
+//!
+//! # How it is built
+//!
+//! * **Per-semaphore locks and a global mode** (`set.rs`): a call with one
+//!   operation takes only its semaphore's lock; a complex call switches the
+//!   set to global locking, and it switches back ten global unlocks after the
+//!   last complex sleeper left (the kernel's hysteresis).
+//! * **The waker completes the sleeper** (seed 003): a waker performs the
+//!   sleeper's operation for it, under the lock, and publishes the result in
+//!   the sleeper's status word with a release store. The sleeper returns it
+//!   without retaking any lock: no retry, no rescan.
+//! * **Wake-ups after the locks are dropped** (seed 000): futex wakes are
+//!   collected under the lock and issued after it is released.
+//! * **O(N) bulk wake-ups** (seed 000): per-semaphore wait lists, so an
+//!   increment of 64 semaphores looks at their 64 sleepers only; a scan
+//!   restarts only when a skipped sleeper could have become runnable.
+//! * **Hot state on its own cache line** (seed 000): each semaphore (lock,
+//!   value, lists) has its own line; the mode word everyone reads is apart
+//!   from the global lock everyone writes.
+//! * **Sleepers that spin before they sleep** (`queue.rs`): the one thing the
+//!   kernel does cheaper than user space is a bulk wake-up: it wakes 64 tasks
+//!   inside one system call, while a futex-based set pays one `FUTEX_WAKE`
+//!   per sleeper. So a blocked caller first polls its status word for a few
+//!   microseconds ([`set_sleeper_spin`]) and only then sleeps; a waker only
+//!   makes a futex call for a sleeper that really went to sleep. When the
+//!   wake-up comes while the sleeper still polls, neither side enters the
+//!   kernel at all.
+//! * **A sleeping lock** ([`RawSemLock`]): threads usually outnumber cores,
+//!   and a preempted spinlock holder would stall everyone.
+//!
+//! [`SemCounters`] show the work: operation attempts, list entries visited,
+//! wake-ups, and how many of those needed a futex call.
+//!
+//! # Differences from the kernel
+//!
+//! * A removed set fails later calls with [`SemError::Removed`] (`EIDRM`);
+//!   the kernel reports `EINVAL` because the id no longer exists.
+//! * Timeouts are `Duration`s, so there is no invalid timespec (`EINVAL`).
+//! * There are no permissions, keys or ids (`EACCES`, `EPERM`, `ENOENT`,
+//!   `EEXIST`): a set is a value you share, and it lives in one process.
+//! * `SEM_UNDO` needs an explicit [`SemUndo`] context (the kernel's is the
+//!   process); [`SemSet::semop`] with `SEM_UNDO` fails with
+//!   [`SemError::Invalid`].
+
+mod error;
+mod lock;
+mod queue;
+mod set;
+mod undo;
+
+pub use error::SemError;
+pub use lock::RawSemLock;
+pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
+pub use set::{SemCounters, SemSet, SemStat};
+pub use undo::SemUndo;
+
+/// Most semaphores in one set (the kernel's `SEMMSL`).
+pub const SEMMSL: usize = 32_000;
+/// Most operations in one call (`SEMOPM`).
+pub const SEMOPM: usize = 500;
+/// Largest value of a semaphore (`SEMVMX`).
+pub const SEMVMX: i32 = 32_767;
+/// Largest undo adjustment (`SEMAEM`); the range is `-(SEMAEM + 1)..=SEMAEM`.
+pub const SEMAEM: i32 = SEMVMX;
+/// `sem_flg` bit: fail with [`SemError::Again`] instead of blocking.
+pub const IPC_NOWAIT: i16 = 0o4000;
+/// `sem_flg` bit: record the change in the undo context.
+pub const SEM_UNDO: i16 = 0x1000;
+
+/// One operation: the kernel's `struct sembuf`, same layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SemBuf {
+    /// Semaphore number in the set.
+    pub num: u16,
+    /// Amount to add; negative takes (may block), 0 waits for zero.
+    pub op: i16,
+    /// [`IPC_NOWAIT`] and [`SEM_UNDO`].
+    pub flags: i16,
+}
+
+impl SemBuf {
+    /// `SemBuf { num, op, flags }`.
+    pub const fn new(num: u16, op: i16, flags: i16) -> SemBuf {
+        SemBuf { num, op, flags }
+    }
+}

@@ -1,0 +1,223 @@
+//! Sleepers, the wait lists they sit on, and the complete / wake handshake.
+//!
+//! A sleeper is a [`Sleeper`] node in the blocked caller's own stack frame,
+//! like the kernel's `struct sem_queue`. Wait lists hold pointers to nodes;
+//! a list is only touched by a thread that holds the lock protecting it (see
+//! `set.rs`), so a queued node's fields are stable while a waker reads them.
+//!
+//! The status word is the whole handshake (seed 003's "no retry"):
+//!
+//! | status | meaning | written by |
+//! |---|---|---|
+//! | `PENDING` | queued, the owner is awake (spinning) | the owner, at creation |
+//! | `PARKED` | queued, the owner is asleep or about to sleep on the word | the owner, CAS from `PENDING` |
+//! | `DONE` or an errno | the operation was performed (or failed) on the owner's behalf | a waker, holding the lock |
+//!
+//! The waker unlinks the node, performs the operation for the sleeper and
+//! then swaps the result into the status word with release ordering. From
+//! that moment the owner may return and its frame may be gone, so the waker
+//! never touches the node again: if the swap returned `PARKED` it keeps the
+//! word's address and issues the futex wake after it dropped every lock
+//! (seed 000: wake-ups outside the lock), through a raw pointer used as a key
+//! only. A stray wake of whatever lives at that address later is a spurious
+//! wake-up, which every futex sleeper in ksync tolerates.
+//!
+//! The owner spins on the word for a short while before it parks, and the
+//! waker makes a futex call only for an owner that parked, so a sleeper woken
+//! within its spin costs no system call on either side.
+//!
+//! A sleeper whose deadline passes takes the set's lock again and reads its
+//! status under it: a result there wins; otherwise it is still queued, and it
+//! unlinks itself and reports `EAGAIN`.
+
+use core::ptr::NonNull;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::undo::UndoEntry;
+use super::SemBuf;
+use crate::futex::{self, Wake};
+use crate::relax::cpu_relax;
+use crate::sync::unmodelled::AtomicU32 as TuningU32;
+use crate::sync::{AtomicU32, Ordering};
+
+/// Queued, owner awake.
+pub(super) const PENDING: u32 = 0;
+/// Queued, owner asleep on the status word.
+pub(super) const PARKED: u32 = 1;
+/// Completed successfully. Failures store the errno, which is never 0, 1 or 2.
+pub(super) const DONE: u32 = 2;
+
+/// Default for [`set_sleeper_spin`].
+pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 2000 };
+
+static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
+
+/// Sets how many times a blocked `semop` polls its status word before it
+/// sleeps in the kernel, for every set in the process. 0 sleeps at once.
+///
+/// A poll is one `cpu_relax` (a few nanoseconds to tens of nanoseconds). A
+/// sleeper completed while it still polls costs neither it nor the waker a
+/// system call; polling longer burns the CPU time it hoped to save. The lab's
+/// `sembench` shows the trade on your machine.
+pub fn set_sleeper_spin(polls: u32) {
+    SLEEPER_SPIN.store(polls, Ordering::Relaxed);
+}
+
+/// One blocked `semop` call.
+pub(super) struct Sleeper {
+    /// See the module documentation.
+    pub(super) status: AtomicU32,
+    sops: *const SemBuf,
+    nsops: usize,
+    undo: *const UndoEntry,
+    /// Index of the operation it is blocked on, refreshed by every waker that
+    /// re-evaluates it (GETNCNT and GETZCNT count only that one).
+    pub(super) blocking: AtomicU32,
+    /// Uses the sequential (duplicate-aware) evaluation.
+    pub(super) dupsop: bool,
+}
+
+impl Sleeper {
+    pub(super) fn new(
+        sops: &[SemBuf],
+        undo: Option<&UndoEntry>,
+        blocking: usize,
+        dupsop: bool,
+    ) -> Self {
+        Sleeper {
+            status: AtomicU32::new(PENDING),
+            sops: sops.as_ptr(),
+            nsops: sops.len(),
+            undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
+            blocking: AtomicU32::new(blocking as u32),
+            dupsop,
+        }
+    }
+
+    /// The operations of the blocked call.
+    ///
+    /// # Safety
+    ///
+    /// The node is queued (or is the caller's own), so its owner is still
+    /// inside the call and the slice it points to is alive.
+    pub(super) unsafe fn sops(&self) -> &[SemBuf] {
+        // SAFETY: per the caller's contract the owner's slice is alive.
+        unsafe { core::slice::from_raw_parts(self.sops, self.nsops) }
+    }
+
+    /// The undo adjustments of the blocked call, if it uses `SEM_UNDO`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`sops`](Self::sops): the owner keeps its entry alive for the call.
+    pub(super) unsafe fn undo(&self) -> Option<&UndoEntry> {
+        // SAFETY: per the caller's contract the owner's entry is alive.
+        unsafe { self.undo.as_ref() }
+    }
+
+    /// Waits until a waker delivers a result or `deadline` passes. Returns the
+    /// status word if it holds a result, or `None` on time-out (the node may
+    /// still be queued: the caller settles that under the lock).
+    pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
+        let spins = SLEEPER_SPIN.load(Ordering::Relaxed);
+        for i in 0..spins {
+            let status = self.status.load(Ordering::Acquire);
+            if status >= DONE {
+                return Some(status);
+            }
+            // Reading the clock costs more than a poll, so check the deadline
+            // only now and then.
+            if i % 64 == 63 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            cpu_relax();
+        }
+        if let Err(status) =
+            self.status
+                .compare_exchange(PENDING, PARKED, Ordering::Relaxed, Ordering::Acquire)
+        {
+            return Some(status);
+        }
+        loop {
+            let timed_out = futex::wait(&self.status, PARKED, deadline) == Wake::TimedOut;
+            let status = self.status.load(Ordering::Acquire);
+            if status >= DONE {
+                return Some(status);
+            }
+            if timed_out {
+                return None;
+            }
+        }
+    }
+}
+
+/// A pointer to a queued [`Sleeper`]. Lists only hold nodes whose owners are
+/// blocked inside the call, and only lock holders touch them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct NodeRef(NonNull<Sleeper>);
+
+// SAFETY: a NodeRef is only dereferenced by a thread holding the lock that
+// protects the list it is on, while the node's owner is blocked (see the
+// module documentation); the node's shared fields are atomics.
+unsafe impl Send for NodeRef {}
+
+impl NodeRef {
+    pub(super) fn new(node: &Sleeper) -> Self {
+        NodeRef(NonNull::from(node))
+    }
+
+    /// The node.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the lock of the list the node is on (or is the node's
+    /// owner) and the node has no result yet.
+    pub(super) unsafe fn get<'a>(self) -> &'a Sleeper {
+        // SAFETY: per the caller's contract the owner is still blocked in its
+        // call, so its frame and the node in it are alive.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// A FIFO wait list: arrival order is the scan order.
+pub(super) type WaitList = VecDeque<NodeRef>;
+
+/// Futex wake-ups owed to parked sleepers, issued after the locks are dropped.
+#[derive(Default)]
+pub(super) struct Wakeups {
+    words: Vec<*const AtomicU32>,
+}
+
+impl Wakeups {
+    /// Delivers `status` to an unlinked sleeper. After this the node may be
+    /// gone at any moment, so it is not touched again.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the lock of the list `node` was on, has just unlinked
+    /// it, and has not delivered a result to it before.
+    pub(super) unsafe fn deliver(&mut self, node: NodeRef, status: u32) {
+        // SAFETY: per the caller's contract the owner is still blocked, so the
+        // node is alive until this swap makes the result visible.
+        let word = unsafe { &node.get().status };
+        let word_ptr = word as *const AtomicU32;
+        if word.swap(status, Ordering::Release) == PARKED {
+            self.words.push(word_ptr);
+        }
+    }
+
+    /// How many sleepers need a kernel wake-up.
+    pub(super) fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Wakes every parked sleeper. Call it with no lock held.
+    pub(super) fn wake_all(self) {
+        for word in self.words {
+            // SAFETY: `word` is only a key for FUTEX_WAKE; the node may be
+            // gone, and a wake of whatever lives there now is spurious.
+            unsafe { futex::wake_ptr(word, 1) };
+        }
+    }
+}

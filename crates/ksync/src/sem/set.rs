@@ -1,0 +1,1266 @@
+//! [`SemSet`]: the semaphore array, its two locking modes, the operation
+//! itself and the queue scans that complete sleepers.
+//!
+//! # Locks (the kernel's `sem_lock`)
+//!
+//! Every semaphore has its own lock, and the set has a global one. A call
+//! with one operation takes only its semaphore's lock; a call with several,
+//! and every control call, takes the global lock and switches the set to
+//! global mode: `use_global` is set to [`HYSTERESIS`] and every semaphore
+//! lock is taken and released once, which waits out the single-operation
+//! calls already inside. A single-operation call reads `use_global` after
+//! taking its semaphore's lock (acquire) and falls back to the global lock
+//! while it is non-zero. Each global unlock with no complex sleeper left
+//! counts `use_global` down; the last step is a release store of 0 that
+//! pairs with that acquire load, so the next per-semaphore holder sees
+//! everything the global holders did.
+//!
+//! So a semaphore's value, undo adjustments and wait lists are protected by
+//! its own lock in per-semaphore mode and by the global lock in global mode;
+//! the global wait lists and `complex_count` only by the global lock (they
+//! are empty in per-semaphore mode: a sleeping complex operation keeps the
+//! set in global mode). The [`Held`] token passed around says which lock the
+//! caller holds.
+//!
+//! # Wait lists (seed 000, seed 003)
+//!
+//! A blocked single operation waits on its semaphore's `alter` list (a
+//! decrement) or `zero` list (wait-for-zero); a blocked complex operation on
+//! the global lists. When the first complex operation goes to sleep the
+//! per-semaphore alter lists are spliced into the global one, so alter
+//! operations keep FIFO order relative to it; when the last complex sleeper
+//! is gone they move back. A successful change re-evaluates the sleepers it
+//! may have enabled ([`SetShared::smart_update`]): wait-for-zero sleepers of
+//! the semaphores it brought to zero, then the alter sleepers of the
+//! semaphores it incremented. The waker performs the sleeper's operation for
+//! it and publishes the result; the sleeper returns it without taking a lock.
+//!
+//! Scans are FIFO, and a blocked sleeper is skipped, not a barrier (a later
+//! `-1` may bypass an earlier `-2`), exactly as the kernel does. After a
+//! completion the kernel restarts a global-list scan from the head; we
+//! restart only when an entry already skipped could have become runnable
+//! (the completed operation incremented something, or something skipped waits
+//! for a value to reach zero or a value it can reach by decrements). Without
+//! that, waking N complex sleepers in reverse order of arrival costs N²
+//! evaluations (seed 000's first patch); with it, a bulk wake is O(N).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_utils::CachePadded;
+use lock_api::RawMutex;
+
+use super::error::SemError;
+use super::lock::RawSemLock;
+use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
+use super::undo::{SemUndo, UndoEntry};
+use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use crate::sync::unmodelled::AtomicU64 as CounterU64;
+use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
+
+/// Global unlocks a set stays in global mode after a complex operation (the
+/// kernel's `USE_GLOBAL_LOCK_HYSTERESIS`): switching back and forth costs a
+/// pass over every semaphore lock.
+const HYSTERESIS: u32 = 10;
+
+/// The lock type of the set's locks.
+pub(super) type ArrayLock = RawSemLock;
+type LockGuard = <ArrayLock as RawMutex>::Guard;
+
+/// Which of the set's locks the caller holds.
+pub(super) enum Held {
+    /// Semaphore `.0`'s own lock, in per-semaphore mode.
+    Sem(usize, LockGuard),
+    /// The global lock, in global mode.
+    Global(LockGuard),
+}
+
+impl Held {
+    fn is_global(&self) -> bool {
+        matches!(self, Held::Global(_))
+    }
+
+    /// Whether this lock protects semaphore `num`.
+    fn covers(&self, num: usize) -> bool {
+        match self {
+            Held::Sem(n, _) => *n == num,
+            Held::Global(_) => true,
+        }
+    }
+}
+
+/// Event counters of one lock's domain, written only by that lock's holder
+/// (a load and a store, no locked instruction) and summed by readers.
+#[derive(Default)]
+struct Counters {
+    attempts: CounterU64,
+    visited: CounterU64,
+    wakeups: CounterU64,
+    futex_wakes: CounterU64,
+}
+
+impl Counters {
+    fn bump(counter: &CounterU64, by: u64) {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(by),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn add_to(&self, sum: &mut SemCounters) {
+        sum.attempts += self.attempts.load(Ordering::Relaxed);
+        sum.visited += self.visited.load(Ordering::Relaxed);
+        sum.wakeups += self.wakeups.load(Ordering::Relaxed);
+        sum.futex_wakes += self.futex_wakes.load(Ordering::Relaxed);
+    }
+}
+
+/// How much work the set's wakers did, for the lab (seed 003's tries per
+/// wake-up). Counted since the set was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SemCounters {
+    /// Evaluations of an operation: each caller's own try plus every
+    /// re-evaluation of a sleeper by a waker.
+    pub attempts: u64,
+    /// Wait-list entries a waker looked at.
+    pub visited: u64,
+    /// Sleepers whose result a waker delivered (success or error).
+    pub wakeups: u64,
+    /// Of those, sleepers that had gone to sleep in the kernel and needed a
+    /// futex wake (the others were still polling).
+    pub futex_wakes: u64,
+}
+
+/// What `IPC_STAT` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SemStat {
+    /// Number of semaphores in the set.
+    pub nsems: usize,
+    /// Time of the last successful `semop`, `None` if there was none.
+    pub otime: Option<SystemTime>,
+    /// Time of creation or of the last `SETVAL` / `SETALL`.
+    pub ctime: SystemTime,
+}
+
+/// Wait lists of one semaphore.
+#[derive(Default)]
+struct SemLists {
+    /// Blocked single decrements (the kernel's `pending_alter`).
+    alter: WaitList,
+    /// Blocked single wait-for-zero operations (`pending_const`).
+    zero: WaitList,
+}
+
+/// One semaphore, alone on its cache line (seed 000's third patch).
+struct Sem {
+    lock: ArrayLock,
+    value: AtomicI32,
+    /// Process id of the last modifier, 0 if none (GETPID).
+    pid: AtomicI32,
+    /// Seconds since the epoch of the last successful operation whose first
+    /// operation named this semaphore (the kernel shards `sem_otime`).
+    otime: CounterU64,
+    lists: UnsafeCell<SemLists>,
+    counters: Counters,
+}
+
+/// State only the global lock protects.
+struct Global {
+    lock: ArrayLock,
+    /// Sleeping complex operations (the kernel's `complex_count`).
+    complex_count: AtomicU32,
+    /// Blocked complex alter operations, and every blocked alter operation
+    /// while one of those exists.
+    alter: UnsafeCell<WaitList>,
+    /// Blocked complex wait-for-zero operations.
+    zero: UnsafeCell<WaitList>,
+    counters: Counters,
+    ctime: CounterU64,
+}
+
+/// Read on every call, written rarely: kept off the lock's cache line.
+struct Mode {
+    /// Non-zero: single operations take the global lock too.
+    use_global: AtomicU32,
+    /// Set by `remove`.
+    deleted: AtomicBool,
+}
+
+/// The shared part of a set; undo contexts hold a weak reference to it.
+pub(crate) struct SetShared {
+    mode: CachePadded<Mode>,
+    global: CachePadded<Global>,
+    sems: Box<[CachePadded<Sem>]>,
+    /// Every undo context's entry for this set (the kernel's `list_id`).
+    undo_list: Mutex<Vec<Arc<UndoEntry>>>,
+}
+
+// SAFETY: the wait lists hold pointers to sleeper nodes, touched only under
+// the lock that protects the list while the sleeper is blocked (see
+// `queue.rs`); every other field is atomic or a Mutex.
+unsafe impl Send for SetShared {}
+// SAFETY: as for Send: all shared mutation goes through atomics or through
+// UnsafeCells accessed under the locks described in the module documentation.
+unsafe impl Sync for SetShared {}
+
+/// The outcome of evaluating one operation against the current values.
+enum Attempt {
+    Done,
+    /// Would block at this index of the operation array.
+    Blocked(usize),
+    Failed(SemError),
+}
+
+/// A System V semaphore set with the kernel's `semop` / `semctl` semantics.
+///
+/// Share it between threads with `Arc<SemSet>` or scoped threads.
+///
+/// ```
+/// use ksync::sem::{SemBuf, SemSet, IPC_NOWAIT};
+///
+/// let set = SemSet::new(2)?;
+/// // Atomically: +1 on semaphore 0 and +2 on semaphore 1.
+/// set.semop(&[SemBuf::new(0, 1, 0), SemBuf::new(1, 2, 0)])?;
+/// // All or nothing: the -3 on semaphore 1 would block, so nothing changes.
+/// let err = set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(1, -3, IPC_NOWAIT)]);
+/// assert_eq!(err, Err(ksync::sem::SemError::Again));
+/// assert_eq!(set.get_all()?, vec![1, 2]);
+/// # Ok::<(), ksync::sem::SemError>(())
+/// ```
+pub struct SemSet {
+    shared: Arc<SetShared>,
+}
+
+impl core::fmt::Debug for SemSet {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SemSet")
+            .field("nsems", &self.nsems())
+            .field("removed", &self.shared.is_deleted())
+            .finish()
+    }
+}
+
+/// The operation a caller or a sleeper wants, as the evaluator needs it.
+struct Op<'a> {
+    sops: &'a [SemBuf],
+    undo: Option<&'a UndoEntry>,
+    dupsop: bool,
+}
+
+/// What a first look at an operation array found (the kernel's pre-scan).
+struct Scan {
+    max: usize,
+    undos: bool,
+    alter: bool,
+    dupsop: bool,
+}
+
+fn scan(sops: &[SemBuf]) -> Scan {
+    let mut s = Scan {
+        max: 0,
+        undos: false,
+        alter: false,
+        dupsop: false,
+    };
+    // A bitmap of semaphore numbers modulo 64 that an earlier operation
+    // altered: a later one on the same number needs the sequential
+    // evaluation. False positives only cost the slower path.
+    let mut altered = 0u64;
+    for sop in sops {
+        let bit = 1u64 << (sop.num % 64);
+        s.max = s.max.max(usize::from(sop.num));
+        s.undos |= sop.flags & SEM_UNDO != 0;
+        if altered & bit != 0 {
+            s.dupsop = true;
+        }
+        if sop.op != 0 {
+            s.alter = true;
+            altered |= bit;
+        }
+    }
+    s
+}
+
+/// The process id the kernel would record (cached: `getpid` is a system call).
+fn current_pid() -> i32 {
+    use crate::sync::unmodelled::AtomicI32 as PidCache;
+    use std::sync::Once;
+    static PID: PidCache = PidCache::new(0);
+    static AT_FORK: Once = Once::new();
+    extern "C" fn forget_pid() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
+    }
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic, which
+        // is async-signal-safe as the child side of fork requires.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+    });
+    let pid = std::process::id() as i32;
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+/// Seconds since the epoch, from the coarse clock (a few ns; `sem_otime`
+/// only has second resolution).
+fn now_secs() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec on our stack.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc == 0 && ts.tv_sec > 0 {
+        ts.tv_sec as u64
+    } else {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs().max(1))
+    }
+}
+
+fn system_time(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn decode(status: u32) -> Result<(), SemError> {
+    if status == DONE {
+        Ok(())
+    } else {
+        Err(SemError::from_errno(status as i32).unwrap_or(SemError::Invalid))
+    }
+}
+
+impl SetShared {
+    pub(super) fn nsems(&self) -> usize {
+        self.sems.len()
+    }
+
+    fn is_deleted(&self) -> bool {
+        self.mode.deleted.load(Ordering::Acquire)
+    }
+
+    fn counters(&self, held: &Held) -> &Counters {
+        match held {
+            Held::Sem(n, _) => &self.sems[*n].counters,
+            Held::Global(_) => &self.global.counters,
+        }
+    }
+
+    // ---- locking ----------------------------------------------------------
+
+    /// Takes the lock for a call with one operation on `num` (the kernel's
+    /// `sem_lock` with `nsops == 1`).
+    fn lock_single(&self, num: usize) -> Held {
+        let sem = &self.sems[num];
+        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
+            let guard = sem.lock.lock();
+            // Pairs with the release store that ends global mode, and with
+            // complexmode_enter's pass over the semaphore locks.
+            if self.mode.use_global.load(Ordering::Acquire) == 0 {
+                return Held::Sem(num, guard);
+            }
+            // SAFETY: we took this lock just above.
+            unsafe { sem.lock.unlock(guard) };
+        }
+        let global = self.global.lock.lock();
+        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
+            // Global mode ended while we waited. It cannot start again while
+            // we hold the global lock, so no re-check is needed.
+            let guard = sem.lock.lock();
+            // SAFETY: taken just above.
+            unsafe { self.global.lock.unlock(global) };
+            return Held::Sem(num, guard);
+        }
+        Held::Global(global)
+    }
+
+    /// Takes the global lock and enters global mode (complex operations,
+    /// control calls, undo, removal).
+    fn lock_global(&self) -> Held {
+        let guard = self.global.lock.lock();
+        let was_global = self.mode.use_global.load(Ordering::Relaxed) > 0;
+        self.mode.use_global.store(HYSTERESIS, Ordering::Relaxed);
+        if !was_global {
+            // Wait out every per-semaphore holder: whoever takes a semaphore
+            // lock after this pass sees `use_global` set and backs off.
+            for sem in self.sems.iter() {
+                let g = sem.lock.lock();
+                // SAFETY: taken just above.
+                unsafe { sem.lock.unlock(g) };
+            }
+        }
+        Held::Global(guard)
+    }
+
+    /// The lock a call with these operations needs.
+    fn lock_for(&self, sops: &[SemBuf]) -> Held {
+        if sops.len() == 1 {
+            self.lock_single(usize::from(sops[0].num))
+        } else {
+            self.lock_global()
+        }
+    }
+
+    fn unlock(&self, held: Held) {
+        match held {
+            Held::Sem(num, guard) => {
+                // SAFETY: `held` proves we hold this lock.
+                unsafe { self.sems[num].lock.unlock(guard) }
+            }
+            Held::Global(guard) => {
+                if self.global.complex_count.load(Ordering::Relaxed) == 0 {
+                    self.unmerge_queues();
+                    let n = self.mode.use_global.load(Ordering::Relaxed);
+                    if n <= 1 {
+                        // Publishes everything done in global mode to the
+                        // next per-semaphore holder (see lock_single).
+                        self.mode.use_global.store(0, Ordering::Release);
+                    } else {
+                        self.mode.use_global.store(n - 1, Ordering::Relaxed);
+                    }
+                }
+                // SAFETY: `held` proves we hold the global lock.
+                unsafe { self.global.lock.unlock(guard) }
+            }
+        }
+    }
+
+    // ---- list access (all under the lock named by `held`) ----------------
+
+    fn with_sem_lists<R>(&self, held: &Held, num: usize, f: impl FnOnce(&mut SemLists) -> R) -> R {
+        debug_assert!(held.covers(num));
+        // SAFETY: `held` covers semaphore `num` (checked above in debug
+        // builds; every caller derives `num` from the operation it locked
+        // for), so nobody else touches these lists; the reference does not
+        // escape `f`.
+        self.sems[num].lists.with_mut(|l| f(unsafe { &mut *l }))
+    }
+
+    fn with_global_alter<R>(&self, held: &Held, f: impl FnOnce(&mut WaitList) -> R) -> R {
+        assert!(held.is_global());
+        // SAFETY: we hold the global lock, which protects the global lists.
+        self.global.alter.with_mut(|l| f(unsafe { &mut *l }))
+    }
+
+    fn with_global_zero<R>(&self, held: &Held, f: impl FnOnce(&mut WaitList) -> R) -> R {
+        assert!(held.is_global());
+        // SAFETY: as in with_global_alter.
+        self.global.zero.with_mut(|l| f(unsafe { &mut *l }))
+    }
+
+    fn global_alter_is_empty(&self, held: &Held) -> bool {
+        // In per-semaphore mode the global lists are empty by construction.
+        !held.is_global() || self.with_global_alter(held, |l| l.is_empty())
+    }
+
+    /// Splices every per-semaphore alter list into the global one, so that
+    /// alter operations keep their order relative to a complex sleeper.
+    fn merge_queues(&self, held: &Held) {
+        for num in 0..self.nsems() {
+            let mut moved = self.with_sem_lists(held, num, |l| core::mem::take(&mut l.alter));
+            if !moved.is_empty() {
+                // The kernel splices each list at the head, in semaphore order.
+                self.with_global_alter(held, |g| {
+                    moved.append(g);
+                    *g = moved;
+                });
+            }
+        }
+    }
+
+    /// Moves the (all single-operation) global alter entries back to their
+    /// semaphores once no complex sleeper is left. Global lock held.
+    fn unmerge_queues(&self) {
+        // SAFETY: called from `unlock` with the global lock held.
+        let entries = self.global.alter.with_mut(|l| core::mem::take(unsafe { &mut *l }));
+        for node in entries {
+            // SAFETY: queued nodes are alive while we hold the lock.
+            let num = usize::from(unsafe { node.get().sops() }[0].num);
+            // SAFETY: global lock held, so the semaphore's lists are ours.
+            self.sems[num]
+                .lists
+                .with_mut(|l| unsafe { (*l).alter.push_back(node) });
+        }
+    }
+
+    // ---- evaluation -------------------------------------------------------
+
+    fn value(&self, num: usize) -> i32 {
+        self.sems[num].value.load(Ordering::Relaxed)
+    }
+
+    fn set_value_locked(&self, num: usize, value: i32) {
+        self.sems[num].value.store(value, Ordering::Relaxed);
+    }
+
+    /// Tries `op` against the current values, all or nothing, in array order
+    /// (the kernel's `perform_atomic_semop`). On success the values, the undo
+    /// adjustments and the pids are updated. The caller holds a lock that
+    /// covers every semaphore `op` names.
+    fn perform(&self, held: &Held, op: &Op<'_>) -> Attempt {
+        Counters::bump(&self.counters(held).attempts, 1);
+        if op.dupsop {
+            return self.perform_sequential(op);
+        }
+        // First pass: check only. The first operation that blocks or fails
+        // decides, so a later out-of-range value is not reported if an
+        // earlier operation blocks.
+        for (i, sop) in op.sops.iter().enumerate() {
+            let num = usize::from(sop.num);
+            let value = self.value(num);
+            if sop.op == 0 && value != 0 {
+                return blocked(i, sop);
+            }
+            let result = value + i32::from(sop.op);
+            if result < 0 {
+                return blocked(i, sop);
+            }
+            if result > SEMVMX {
+                return Attempt::Failed(SemError::Range);
+            }
+            if sop.flags & SEM_UNDO != 0 {
+                let adj = undo_of(op).get(num) - i32::from(sop.op);
+                if !(-(SEMAEM + 1)..=SEMAEM).contains(&adj) {
+                    return Attempt::Failed(SemError::Range);
+                }
+            }
+        }
+        // Second pass: apply.
+        let pid = current_pid();
+        for sop in op.sops {
+            let num = usize::from(sop.num);
+            if sop.flags & SEM_UNDO != 0 {
+                let undo = undo_of(op);
+                undo.set(num, undo.get(num) - i32::from(sop.op));
+            }
+            self.set_value_locked(num, self.value(num) + i32::from(sop.op));
+            self.sems[num].pid.store(pid, Ordering::Relaxed);
+        }
+        Attempt::Done
+    }
+
+    /// The evaluation for arrays that touch a semaphore more than once:
+    /// apply each operation to the live values so later ones see earlier
+    /// ones, and roll everything back on a block or an error.
+    fn perform_sequential(&self, op: &Op<'_>) -> Attempt {
+        let mut outcome = None;
+        let mut applied = 0;
+        for (i, sop) in op.sops.iter().enumerate() {
+            let num = usize::from(sop.num);
+            let value = self.value(num);
+            if sop.op == 0 && value != 0 {
+                outcome = Some(blocked(i, sop));
+                break;
+            }
+            let result = value + i32::from(sop.op);
+            if result < 0 {
+                outcome = Some(blocked(i, sop));
+                break;
+            }
+            if result > SEMVMX {
+                outcome = Some(Attempt::Failed(SemError::Range));
+                break;
+            }
+            if sop.flags & SEM_UNDO != 0 {
+                let undo = undo_of(op);
+                let adj = undo.get(num) - i32::from(sop.op);
+                if !(-(SEMAEM + 1)..=SEMAEM).contains(&adj) {
+                    outcome = Some(Attempt::Failed(SemError::Range));
+                    break;
+                }
+                undo.set(num, adj);
+            }
+            self.set_value_locked(num, result);
+            applied = i + 1;
+        }
+        match outcome {
+            None => {
+                let pid = current_pid();
+                for sop in op.sops {
+                    self.sems[usize::from(sop.num)]
+                        .pid
+                        .store(pid, Ordering::Relaxed);
+                }
+                Attempt::Done
+            }
+            Some(outcome) => {
+                for sop in op.sops[..applied].iter().rev() {
+                    let num = usize::from(sop.num);
+                    self.set_value_locked(num, self.value(num) - i32::from(sop.op));
+                    if sop.flags & SEM_UNDO != 0 {
+                        let undo = undo_of(op);
+                        undo.set(num, undo.get(num) + i32::from(sop.op));
+                    }
+                }
+                outcome
+            }
+        }
+    }
+
+    // ---- completing sleepers ----------------------------------------------
+
+    /// Re-evaluates a queued sleeper.
+    fn retry(&self, held: &Held, node: NodeRef) -> Attempt {
+        // SAFETY: `node` is on a list protected by `held`, so its owner is
+        // blocked and its operation array and undo entry are alive.
+        let sleeper = unsafe { node.get() };
+        let op = Op {
+            // SAFETY: as above.
+            sops: unsafe { sleeper.sops() },
+            // SAFETY: as above.
+            undo: unsafe { sleeper.undo() },
+            dupsop: sleeper.dupsop,
+        };
+        let attempt = self.perform(held, &op);
+        if let Attempt::Blocked(i) = attempt {
+            sleeper.blocking.store(i as u32, Ordering::Relaxed);
+        }
+        attempt
+    }
+
+    /// Hands an unlinked sleeper its result. A completed complex sleeper no
+    /// longer counts as one.
+    fn deliver(&self, held: &Held, node: NodeRef, status: u32, wakeups: &mut Wakeups) {
+        // SAFETY: the node was just unlinked under `held`; its owner is
+        // still blocked until the delivery below.
+        if unsafe { node.get().sops() }.len() > 1 {
+            let complex = &self.global.complex_count;
+            complex.store(complex.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        }
+        let counters = self.counters(held);
+        Counters::bump(&counters.wakeups, 1);
+        let parked_before = wakeups.len();
+        // SAFETY: unlinked under `held`, no result delivered before.
+        unsafe { wakeups.deliver(node, status) };
+        Counters::bump(&counters.futex_wakes, (wakeups.len() - parked_before) as u64);
+    }
+
+    /// Completes the wait-for-zero sleepers on one list that can now run
+    /// (the kernel's `wake_const_ops`); `None` is the global list.
+    fn wake_zero_waiters(&self, held: &Held, num: Option<usize>, wakeups: &mut Wakeups) -> bool {
+        let take = |l: &mut WaitList| core::mem::take(l);
+        let list = match num {
+            Some(n) => self.with_sem_lists(held, n, |l| take(&mut l.zero)),
+            None => self.with_global_zero(held, take),
+        };
+        if list.is_empty() {
+            return false;
+        }
+        let mut kept = WaitList::with_capacity(list.len());
+        let mut completed = false;
+        Counters::bump(&self.counters(held).visited, list.len() as u64);
+        for node in list {
+            match self.retry(held, node) {
+                Attempt::Blocked(_) => kept.push_back(node),
+                Attempt::Done => {
+                    completed = true;
+                    self.deliver(held, node, DONE, wakeups);
+                }
+                Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+            }
+        }
+        match num {
+            Some(n) => self.with_sem_lists(held, n, |l| l.zero = kept),
+            None => self.with_global_zero(held, |l| *l = kept),
+        }
+        completed
+    }
+
+    /// Runs the wait-for-zero sleepers of the semaphores `sops` names (all
+    /// semaphores if `None`) that are now zero (`do_smart_wakeup_zero`).
+    fn wakeup_zero(&self, held: &Held, sops: Option<&[SemBuf]>, wakeups: &mut Wakeups) -> bool {
+        let mut completed = false;
+        let mut got_zero = false;
+        let mut check = |num: usize| {
+            if self.value(num) == 0 {
+                got_zero = true;
+                completed |= self.wake_zero_waiters(held, Some(num), wakeups);
+            }
+        };
+        match sops {
+            Some(sops) => sops.iter().for_each(|s| check(usize::from(s.num))),
+            None => (0..self.nsems()).for_each(&mut check),
+        }
+        if got_zero && held.is_global() {
+            completed |= self.wake_zero_waiters(held, None, wakeups);
+        }
+        completed
+    }
+
+    /// Completes the alter sleepers that can now run, in FIFO order, on
+    /// semaphore `num`'s list or (`None`) the global list (`update_queue`).
+    fn update_queue(&self, held: &Held, num: Option<usize>, wakeups: &mut Wakeups) -> bool {
+        let mut pending = match num {
+            Some(n) => self.with_sem_lists(held, n, |l| core::mem::take(&mut l.alter)),
+            None => self.with_global_alter(held, core::mem::take),
+        };
+        if pending.is_empty() {
+            return false;
+        }
+        let mut kept = WaitList::with_capacity(pending.len());
+        // Whether a skipped entry is blocked on a wait-for-zero operation,
+        // which a decrement elsewhere in the array can enable.
+        let mut kept_waits_for_zero = false;
+        // Whether a skipped entry has undo adjustments (see below).
+        let mut kept_uses_undo = false;
+        let mut completed = false;
+        let mut visited = 0u64;
+        'scan: while let Some(node) = pending.pop_front() {
+            // A per-semaphore list holds decrements only: nothing more can
+            // run once the value is 0.
+            if let Some(n) = num {
+                if self.value(n) == 0 {
+                    pending.push_front(node);
+                    break 'scan;
+                }
+            }
+            visited += 1;
+            let restart = match self.retry(held, node) {
+                Attempt::Blocked(i) => {
+                    // SAFETY: still queued under `held`.
+                    let sops = unsafe { node.get().sops() };
+                    kept_waits_for_zero |= sops[i].op == 0;
+                    // SAFETY: as above.
+                    kept_uses_undo |= unsafe { node.get().undo() }.is_some();
+                    kept.push_back(node);
+                    continue 'scan;
+                }
+                Attempt::Failed(e) => {
+                    self.deliver(held, node, e.to_code(), wakeups);
+                    false
+                }
+                Attempt::Done => {
+                    completed = true;
+                    // SAFETY: the owner stays blocked until `deliver`.
+                    let sops = unsafe { node.get().sops() };
+                    self.wakeup_zero(held, Some(sops), wakeups);
+                    // Only an entry already skipped can need a second look,
+                    // and only if this operation raised a value or may have
+                    // moved one toward what a skipped wait-for-zero needs.
+                    // An undo adjustment it changed can turn a skipped
+                    // entry's block into an ERANGE of an earlier operation.
+                    let raised = sops.iter().any(|s| s.op > 0);
+                    let lowered = sops.iter().any(|s| s.op < 0);
+                    let undid = sops.iter().any(|s| s.op != 0 && s.flags & SEM_UNDO != 0);
+                    let restart = !kept.is_empty()
+                        && (raised
+                            || (undid && kept_uses_undo)
+                            || (lowered && kept_waits_for_zero));
+                    self.deliver(held, node, DONE, wakeups);
+                    restart
+                }
+            };
+            if restart {
+                // Rescan from the head, in the same order as before.
+                kept.append(&mut pending);
+                pending = core::mem::take(&mut kept);
+                kept_waits_for_zero = false;
+                kept_uses_undo = false;
+            }
+        }
+        kept.append(&mut pending);
+        Counters::bump(&self.counters(held).visited, visited);
+        match num {
+            Some(n) => self.with_sem_lists(held, n, |l| {
+                debug_assert!(l.alter.is_empty());
+                l.alter = kept;
+            }),
+            None => self.with_global_alter(held, |l| {
+                debug_assert!(l.is_empty());
+                *l = kept;
+            }),
+        }
+        completed
+    }
+
+    /// After a successful change, completes every sleeper it enabled
+    /// (`do_smart_update`). `sops` is the change (`None`: every semaphore
+    /// may have changed, as after SETALL or an undo).
+    fn smart_update(
+        &self,
+        held: &Held,
+        sops: Option<&[SemBuf]>,
+        mut set_otime: bool,
+        wakeups: &mut Wakeups,
+    ) {
+        set_otime |= self.wakeup_zero(held, sops, wakeups);
+        if !self.global_alter_is_empty(held) {
+            set_otime |= self.update_queue(held, None, wakeups);
+        } else {
+            match sops {
+                None => {
+                    for num in 0..self.nsems() {
+                        set_otime |= self.update_queue(held, Some(num), wakeups);
+                    }
+                }
+                Some(sops) => {
+                    // Decrements cannot enable an alter sleeper.
+                    for sop in sops.iter().filter(|s| s.op > 0) {
+                        set_otime |= self.update_queue(held, Some(usize::from(sop.num)), wakeups);
+                    }
+                }
+            }
+        }
+        if set_otime {
+            let num = sops.map_or(0, |s| usize::from(s[0].num));
+            self.touch_otime(num);
+        }
+    }
+
+    fn touch_otime(&self, num: usize) {
+        let now = now_secs();
+        let otime = &self.sems[num].otime;
+        // Only write when the second changed: the line stays clean.
+        if otime.load(Ordering::Relaxed) != now {
+            otime.store(now, Ordering::Relaxed);
+        }
+    }
+
+    // ---- sleeping ---------------------------------------------------------
+
+    /// Queues `node` where wakers will look for it (the caller's own attempt
+    /// blocked under `held`).
+    fn enqueue(&self, held: &Held, sops: &[SemBuf], alter: bool, node: NodeRef) {
+        if sops.len() == 1 {
+            let num = usize::from(sops[0].num);
+            if !alter {
+                self.with_sem_lists(held, num, |l| l.zero.push_back(node));
+            } else if self.global.complex_count.load(Ordering::Relaxed) > 0 {
+                self.with_global_alter(held, |l| l.push_back(node));
+            } else {
+                self.with_sem_lists(held, num, |l| l.alter.push_back(node));
+            }
+        } else {
+            let complex = &self.global.complex_count;
+            if complex.load(Ordering::Relaxed) == 0 {
+                self.merge_queues(held);
+            }
+            if alter {
+                self.with_global_alter(held, |l| l.push_back(node));
+            } else {
+                self.with_global_zero(held, |l| l.push_back(node));
+            }
+            complex.store(complex.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes a timed-out sleeper off whatever list it is on. Returns false if
+    /// it was on none (a waker got there first).
+    fn unlink(&self, held: &Held, sops: &[SemBuf], node: NodeRef) -> bool {
+        let remove = |l: &mut WaitList| match l.iter().position(|&n| n == node) {
+            Some(pos) => {
+                l.remove(pos);
+                true
+            }
+            None => false,
+        };
+        let num = usize::from(sops[0].num);
+        let found = if sops.len() == 1 {
+            self.with_sem_lists(held, num, |l| remove(&mut l.alter) || remove(&mut l.zero))
+                || (held.is_global() && self.with_global_alter(held, remove))
+        } else {
+            self.with_global_alter(held, remove) || self.with_global_zero(held, remove)
+        };
+        if found && sops.len() > 1 {
+            let complex = &self.global.complex_count;
+            complex.store(complex.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    // ---- undo ---------------------------------------------------------------
+
+    pub(super) fn register_undo(&self, entry: Arc<UndoEntry>) -> Result<(), SemError> {
+        let mut list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_deleted() {
+            return Err(SemError::Removed);
+        }
+        list.push(entry);
+        Ok(())
+    }
+
+    /// Applies a dropped context's adjustments (the kernel's `exit_sem`).
+    pub(super) fn apply_undo(&self, entry: &Arc<UndoEntry>) {
+        let held = self.lock_global();
+        let mut wakeups = Wakeups::default();
+        if !self.is_deleted() {
+            self.undo_list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|e| !Arc::ptr_eq(e, entry));
+            let pid = current_pid();
+            for num in 0..entry.len() {
+                let adj = entry.get(num);
+                if adj != 0 {
+                    // Never blocks: Linux clamps instead, at both ends.
+                    let value = (self.value(num) + adj).clamp(0, SEMVMX);
+                    self.set_value_locked(num, value);
+                    self.sems[num].pid.store(pid, Ordering::Relaxed);
+                }
+            }
+            self.smart_update(&held, None, true, &mut wakeups);
+        }
+        self.unlock(held);
+        wakeups.wake_all();
+    }
+
+    /// Zeroes adjustment `num` (or all, `None`) in every context. Global lock held.
+    fn clear_undo(&self, num: Option<usize>) {
+        let list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in list.iter() {
+            match num {
+                Some(n) => entry.set(n, 0),
+                None => (0..entry.len()).for_each(|n| entry.set(n, 0)),
+            }
+        }
+    }
+
+    // ---- GETNCNT / GETZCNT --------------------------------------------------
+
+    /// Sleepers blocked on `num`: decrements (`zero == false`) or
+    /// wait-for-zero operations. Only the operation a sleeper is blocked on
+    /// counts (SUSv3, Linux since 3.16). Global lock held.
+    fn count_sleepers(&self, held: &Held, num: usize, zero: bool) -> usize {
+        let blocked_here = |list: &WaitList| {
+            list.iter()
+                .filter(|node| {
+                    // SAFETY: queued under the global lock we hold.
+                    let sleeper = unsafe { node.get() };
+                    // SAFETY: as above.
+                    let sops = unsafe { sleeper.sops() };
+                    let sop = sops[sleeper.blocking.load(Ordering::Relaxed) as usize];
+                    usize::from(sop.num) == num && if zero { sop.op == 0 } else { sop.op < 0 }
+                })
+                .count()
+        };
+        let simple = self.with_sem_lists(held, num, |l| if zero { l.zero.len() } else { l.alter.len() });
+        let mut count = simple + self.with_global_alter(held, |l| blocked_here(l));
+        if zero {
+            count += self.with_global_zero(held, |l| blocked_here(l));
+        }
+        count
+    }
+}
+
+fn blocked(index: usize, sop: &SemBuf) -> Attempt {
+    if sop.flags & IPC_NOWAIT != 0 {
+        Attempt::Failed(SemError::Again)
+    } else {
+        Attempt::Blocked(index)
+    }
+}
+
+fn undo_of<'a>(op: &Op<'a>) -> &'a UndoEntry {
+    // A SEM_UNDO operation always comes with an entry: semop_undo fetches one
+    // before locking, and semop refuses SEM_UNDO without a context.
+    op.undo
+        .expect("SEM_UNDO operation without an undo entry (checked before locking)")
+}
+
+impl SemSet {
+    /// A set of `nsems` semaphores, all 0.
+    ///
+    /// Fails with [`SemError::Invalid`] for 0 or more than [`SEMMSL`].
+    pub fn new(nsems: usize) -> Result<SemSet, SemError> {
+        if nsems == 0 || nsems > SEMMSL {
+            return Err(SemError::Invalid);
+        }
+        let sems = (0..nsems)
+            .map(|_| {
+                CachePadded::new(Sem {
+                    lock: ArrayLock::new(),
+                    value: AtomicI32::new(0),
+                    pid: AtomicI32::new(0),
+                    otime: CounterU64::new(0),
+                    lists: UnsafeCell::new(SemLists::default()),
+                    counters: Counters::default(),
+                })
+            })
+            .collect();
+        let shared = SetShared {
+            mode: CachePadded::new(Mode {
+                // Like the kernel, a new set starts in global mode.
+                use_global: AtomicU32::new(HYSTERESIS),
+                deleted: AtomicBool::new(false),
+            }),
+            global: CachePadded::new(Global {
+                lock: ArrayLock::new(),
+                complex_count: AtomicU32::new(0),
+                alter: UnsafeCell::new(WaitList::new()),
+                zero: UnsafeCell::new(WaitList::new()),
+                counters: Counters::default(),
+                ctime: CounterU64::new(now_secs()),
+            }),
+            sems,
+            undo_list: Mutex::new(Vec::new()),
+        };
+        Ok(SemSet {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The number of semaphores.
+    pub fn nsems(&self) -> usize {
+        self.shared.nsems()
+    }
+
+    /// Performs `sops` atomically, blocking until that is possible, like
+    /// `semop(2)`. `SEM_UNDO` needs [`semop_undo`](Self::semop_undo).
+    pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
+        self.op(sops, None, None)
+    }
+
+    /// [`semop`](Self::semop) with a timeout, like `semtimedop(2)`: if the
+    /// operation cannot be performed before it expires the call fails with
+    /// [`SemError::Again`]. `None` waits forever; a zero timeout fails at
+    /// once if the operation would block.
+    pub fn semtimedop(&self, sops: &[SemBuf], timeout: Option<Duration>) -> Result<(), SemError> {
+        self.op(sops, None, timeout)
+    }
+
+    /// [`semtimedop`](Self::semtimedop) whose `SEM_UNDO` operations record
+    /// their adjustment in `undo`.
+    pub fn semop_undo(
+        &self,
+        sops: &[SemBuf],
+        undo: &SemUndo,
+        timeout: Option<Duration>,
+    ) -> Result<(), SemError> {
+        self.op(sops, Some(undo), timeout)
+    }
+
+    fn op(
+        &self,
+        sops: &[SemBuf],
+        undo: Option<&SemUndo>,
+        timeout: Option<Duration>,
+    ) -> Result<(), SemError> {
+        if sops.len() > SEMOPM {
+            return Err(SemError::TooBig);
+        }
+        if sops.is_empty() {
+            return Err(SemError::Invalid);
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let scan = scan(sops);
+        let entry = if scan.undos {
+            Some(undo.ok_or(SemError::Invalid)?.entry_for(&self.shared)?)
+        } else {
+            None
+        };
+        if scan.max >= self.nsems() {
+            return Err(SemError::FileTooBig);
+        }
+        let set = &*self.shared;
+        let held = set.lock_for(sops);
+        if set.is_deleted() {
+            set.unlock(held);
+            return Err(SemError::Removed);
+        }
+        let op = Op {
+            sops,
+            undo: entry.as_deref(),
+            dupsop: scan.dupsop,
+        };
+        let blocked_at = match set.perform(&held, &op) {
+            Attempt::Done => {
+                let mut wakeups = Wakeups::default();
+                if scan.alter {
+                    set.smart_update(&held, Some(sops), true, &mut wakeups);
+                } else {
+                    set.touch_otime(usize::from(sops[0].num));
+                }
+                set.unlock(held);
+                wakeups.wake_all();
+                return Ok(());
+            }
+            Attempt::Failed(e) => {
+                set.unlock(held);
+                return Err(e);
+            }
+            Attempt::Blocked(i) => i,
+        };
+        if timeout == Some(Duration::ZERO) {
+            set.unlock(held);
+            return Err(SemError::Again);
+        }
+        let sleeper = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
+        let node = NodeRef::new(&sleeper);
+        set.enqueue(&held, sops, scan.alter, node);
+        set.unlock(held);
+
+        if let Some(status) = sleeper.wait(deadline) {
+            return decode(status);
+        }
+        // Timed out. Under the lock, either a waker already delivered a
+        // result (it wins) or we are still queued and leave.
+        let held = set.lock_for(sops);
+        let status = sleeper.status.load(Ordering::Acquire);
+        if status >= DONE {
+            set.unlock(held);
+            return decode(status);
+        }
+        let unlinked = set.unlink(&held, sops, node);
+        debug_assert!(unlinked, "a sleeper without a result must be queued");
+        set.unlock(held);
+        Err(SemError::Again)
+    }
+
+    // ---- semctl ---------------------------------------------------------------
+
+    /// Runs `f` under the global lock, failing with `Removed` on a removed set.
+    fn control<R>(&self, f: impl FnOnce(&SetShared, &Held) -> R) -> Result<R, SemError> {
+        let set = &*self.shared;
+        let held = set.lock_global();
+        if set.is_deleted() {
+            set.unlock(held);
+            return Err(SemError::Removed);
+        }
+        let result = f(set, &held);
+        set.unlock(held);
+        Ok(result)
+    }
+
+    fn check_num(&self, num: usize) -> Result<(), SemError> {
+        if num < self.nsems() {
+            Ok(())
+        } else {
+            Err(SemError::Invalid)
+        }
+    }
+
+    /// `GETVAL`: semaphore `num`'s value.
+    pub fn get_value(&self, num: usize) -> Result<i32, SemError> {
+        self.check_num(num)?;
+        self.control(|set, _| set.value(num))
+    }
+
+    /// `SETVAL`: sets semaphore `num` to `value` (0 ..= [`SEMVMX`]), clears
+    /// its adjustment in every undo context and completes the sleepers that
+    /// can now run.
+    pub fn set_value(&self, num: usize, value: i32) -> Result<(), SemError> {
+        if !(0..=SEMVMX).contains(&value) {
+            return Err(SemError::Range);
+        }
+        self.check_num(num)?;
+        let mut wakeups = Wakeups::default();
+        self.control(|set, held| {
+            set.clear_undo(Some(num));
+            set.set_value_locked(num, value);
+            set.sems[num].pid.store(current_pid(), Ordering::Relaxed);
+            set.global.ctime.store(now_secs(), Ordering::Relaxed);
+            set.smart_update(held, None, false, &mut wakeups);
+        })?;
+        wakeups.wake_all();
+        Ok(())
+    }
+
+    /// `GETALL`: every value.
+    pub fn get_all(&self) -> Result<Vec<u16>, SemError> {
+        self.control(|set, _| (0..set.nsems()).map(|n| set.value(n) as u16).collect())
+    }
+
+    /// `SETALL`: sets every value (`values.len()` must equal
+    /// [`nsems`](Self::nsems)), clears every undo adjustment and completes
+    /// the sleepers that can now run.
+    pub fn set_all(&self, values: &[u16]) -> Result<(), SemError> {
+        if values.len() != self.nsems() {
+            return Err(SemError::Invalid);
+        }
+        if values.iter().any(|&v| i32::from(v) > SEMVMX) {
+            return Err(SemError::Range);
+        }
+        let mut wakeups = Wakeups::default();
+        self.control(|set, held| {
+            let pid = current_pid();
+            for (num, &v) in values.iter().enumerate() {
+                set.set_value_locked(num, i32::from(v));
+                set.sems[num].pid.store(pid, Ordering::Relaxed);
+            }
+            set.clear_undo(None);
+            set.global.ctime.store(now_secs(), Ordering::Relaxed);
+            set.smart_update(held, None, false, &mut wakeups);
+        })?;
+        wakeups.wake_all();
+        Ok(())
+    }
+
+    /// `GETNCNT`: threads blocked decrementing semaphore `num`.
+    pub fn ncnt(&self, num: usize) -> Result<usize, SemError> {
+        self.check_num(num)?;
+        self.control(|set, held| set.count_sleepers(held, num, false))
+    }
+
+    /// `GETZCNT`: threads blocked waiting for semaphore `num` to be zero.
+    pub fn zcnt(&self, num: usize) -> Result<usize, SemError> {
+        self.check_num(num)?;
+        self.control(|set, held| set.count_sleepers(held, num, true))
+    }
+
+    /// `GETPID`: the process id of the last thread that changed semaphore
+    /// `num` (by an operation, SETVAL, SETALL or an undo), 0 if none.
+    pub fn pid(&self, num: usize) -> Result<i32, SemError> {
+        self.check_num(num)?;
+        self.control(|set, _| set.sems[num].pid.load(Ordering::Relaxed))
+    }
+
+    /// `IPC_STAT`: size and times.
+    pub fn stat(&self) -> Result<SemStat, SemError> {
+        self.control(|set, _| {
+            let otime = set
+                .sems
+                .iter()
+                .map(|s| s.otime.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            SemStat {
+                nsems: set.nsems(),
+                otime: (otime != 0).then(|| system_time(otime)),
+                ctime: system_time(set.global.ctime.load(Ordering::Relaxed)),
+            }
+        })
+    }
+
+    /// `IPC_RMID`: removes the set. Every sleeper returns
+    /// [`SemError::Removed`], and so does every later call.
+    pub fn remove(&self) -> Result<(), SemError> {
+        let mut wakeups = Wakeups::default();
+        self.control(|set, held| {
+            set.mode.deleted.store(true, Ordering::Release);
+            let removed = SemError::Removed.to_code();
+            let mut everyone = Vec::new();
+            for num in 0..set.nsems() {
+                set.with_sem_lists(held, num, |l| {
+                    everyone.extend(l.alter.drain(..));
+                    everyone.extend(l.zero.drain(..));
+                });
+            }
+            set.with_global_alter(held, |l| everyone.extend(l.drain(..)));
+            set.with_global_zero(held, |l| everyone.extend(l.drain(..)));
+            for node in everyone {
+                set.deliver(held, node, removed, &mut wakeups);
+            }
+            set.undo_list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+        })?;
+        wakeups.wake_all();
+        Ok(())
+    }
+
+    /// How much work the set's wakers did since it was created.
+    pub fn counters(&self) -> SemCounters {
+        let set = &*self.shared;
+        let mut sum = SemCounters::default();
+        set.global.counters.add_to(&mut sum);
+        for sem in set.sems.iter() {
+            sem.counters.add_to(&mut sum);
+        }
+        sum
+    }
+}
