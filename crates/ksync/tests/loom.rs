@@ -11,6 +11,8 @@ mod pv;
 mod qspin;
 #[path = "loom/rwsem.rs"]
 mod rwsem;
+#[path = "loom/sem.rs"]
+mod sem;
 #[path = "loom/tas.rs"]
 mod tas;
 #[path = "loom/ticket.rs"]

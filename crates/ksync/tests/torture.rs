@@ -10,6 +10,8 @@ mod mcs;
 mod pv;
 #[path = "torture/qspin.rs"]
 mod qspin;
+#[path = "torture/semlock.rs"]
+mod semlock;
 #[path = "torture/tas.rs"]
 mod tas;
 #[path = "torture/ticket.rs"]

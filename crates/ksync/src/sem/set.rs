@@ -60,8 +60,9 @@ use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 
 /// Global unlocks a set stays in global mode after a complex operation (the
 /// kernel's `USE_GLOBAL_LOCK_HYSTERESIS`): switching back and forth costs a
-/// pass over every semaphore lock.
-const HYSTERESIS: u32 = 10;
+/// pass over every semaphore lock. Under loom 1, so that models reach
+/// per-semaphore mode after a single global unlock.
+const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
 
 /// The lock type of the set's locks.
 pub(super) type ArrayLock = RawSemLock;

@@ -1,0 +1,168 @@
+//! loom models of `ksync::sem`: the sleep / complete / wake handshake (no
+//! lost wake-up, the result visible without a retry), a time-out racing a
+//! waker, removal waking a sleeper, and the switch between per-semaphore and
+//! global locking; plus `RawSemLock`, the futex mutex the sets are built on.
+//!
+//! Under loom a set leaves global mode after one global unlock (the kernel's
+//! hysteresis is 10), sleepers park at once instead of polling, and a timed
+//! futex wait times out as soon as it would sleep.
+
+use ksync::sem::{RawSemLock, SemBuf, SemError, SemSet};
+use lock_api::RawMutex;
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(f);
+}
+
+struct Shared {
+    lock: RawSemLock,
+    value: UnsafeCell<u32>,
+}
+
+// SAFETY: `value` is only accessed with `lock` held; loom's UnsafeCell
+// reports any access the lock fails to order.
+unsafe impl Sync for Shared {}
+
+fn increment(shared: &Shared) {
+    let guard = shared.lock.lock();
+    // SAFETY: the lock is held.
+    shared.value.with_mut(|v| unsafe { *v += 1 });
+    // SAFETY: `guard` came from `lock()` above.
+    unsafe { shared.lock.unlock(guard) };
+}
+
+fn semlock_increments(threads: usize) {
+    model(move || {
+        let shared = Arc::new(Shared {
+            lock: RawSemLock::new(),
+            value: UnsafeCell::new(0),
+        });
+        let handles: Vec<_> = (1..threads)
+            .map(|_| {
+                let shared = Arc::clone(&shared);
+                loom::thread::spawn(move || increment(&shared))
+            })
+            .collect();
+        increment(&shared);
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        // SAFETY: every thread has been joined.
+        assert_eq!(shared.value.with(|v| unsafe { *v }), threads as u32);
+        assert!(!shared.lock.is_locked());
+    });
+}
+
+#[test]
+fn semlock_two_threads() {
+    semlock_increments(2);
+}
+
+/// Three threads: the third makes the lock word reach "contended" while a
+/// sleeper is already queued, which is where a lost wake-up would hide.
+#[test]
+fn semlock_three_threads() {
+    semlock_increments(3);
+}
+
+fn op(num: u16, op: i16) -> [SemBuf; 1] {
+    [SemBuf::new(num, op, 0)]
+}
+
+/// A sleeper's -1 is completed by the poster's +1: whether the post lands
+/// before the sleeper queues, while it is queued but awake, or after it
+/// parked, the sleeper returns success and the value is consumed exactly once.
+#[test]
+fn a_posted_sleeper_returns_the_wakers_result() {
+    static PARKED_AND_WOKEN: AtomicUsize = AtomicUsize::new(0);
+    model(|| {
+        let set = Arc::new(SemSet::new(1).unwrap());
+        let sleeper = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semop(&op(0, -1)))
+        };
+        set.semop(&op(0, 1)).unwrap();
+        assert_eq!(sleeper.join().unwrap(), Ok(()));
+        assert_eq!(set.get_value(0), Ok(0));
+        let counters = set.counters();
+        assert!(counters.futex_wakes <= counters.wakeups);
+        if counters.futex_wakes == 1 {
+            PARKED_AND_WOKEN.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    assert!(
+        PARKED_AND_WOKEN.load(Ordering::Relaxed) > 0,
+        "the model never reached a parked sleeper woken by the poster"
+    );
+}
+
+/// A time-out racing a post: either the sleeper got the unit (success, value
+/// 0) or it timed out and the unit is still there (EAGAIN, value 1). Never
+/// both, never neither.
+#[test]
+fn a_timeout_racing_a_post_settles_under_the_lock() {
+    model(|| {
+        let set = Arc::new(SemSet::new(1).unwrap());
+        let sleeper = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semtimedop(&op(0, -1), Some(Duration::from_millis(1))))
+        };
+        set.semop(&op(0, 1)).unwrap();
+        let result = sleeper.join().unwrap();
+        let value = set.get_value(0).unwrap();
+        match result {
+            Ok(()) => assert_eq!(value, 0),
+            Err(SemError::Again) => assert_eq!(value, 1),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        assert_eq!(set.ncnt(0), Ok(0));
+    });
+}
+
+/// Removal wakes a sleeper with EIDRM, and a call after removal gets EIDRM.
+#[test]
+fn removal_wakes_the_sleeper_with_eidrm() {
+    model(|| {
+        let set = Arc::new(SemSet::new(1).unwrap());
+        let sleeper = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semop(&op(0, -1)))
+        };
+        set.remove().unwrap();
+        assert_eq!(sleeper.join().unwrap(), Err(SemError::Removed));
+        assert_eq!(set.semop(&op(0, 1)), Err(SemError::Removed));
+    });
+}
+
+/// A single operation in per-semaphore mode races a complex operation that
+/// switches the set to global mode and may sleep on the global list until
+/// the single operation's +1 lets it through. loom's UnsafeCell checks that
+/// no wait list or value is touched under the wrong lock in any order.
+#[test]
+fn per_semaphore_and_global_locking_exclude_each_other() {
+    static COMPLEX_SLEPT: AtomicUsize = AtomicUsize::new(0);
+    model(|| {
+        let set = Arc::new(SemSet::new(2).unwrap());
+        // A new set starts in global mode; one call ends it.
+        set.semop(&op(1, 0)).unwrap();
+        let single = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semop(&op(0, 1)))
+        };
+        set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(1, 1, 0)])
+            .unwrap();
+        single.join().unwrap().unwrap();
+        assert_eq!(set.get_all(), Ok(vec![0, 1]));
+        if set.counters().wakeups == 1 {
+            COMPLEX_SLEPT.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    assert!(
+        COMPLEX_SLEPT.load(Ordering::Relaxed) > 0,
+        "the model never reached a complex sleeper completed by a single operation"
+    );
+}
