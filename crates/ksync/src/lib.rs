@@ -48,6 +48,8 @@ pub mod relax;
 
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod futex;
+#[cfg(any(feature = "std", loom))]
+pub(crate) mod futex_batch;
 
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod thread_slot;
@@ -56,6 +58,9 @@ pub mod spin;
 
 #[cfg(any(feature = "std", loom))]
 pub mod rwsem;
+
+#[cfg(feature = "std")]
+pub mod stat;
 
 #[cfg(any(feature = "std", loom))]
 pub mod sem;

@@ -486,14 +486,24 @@ impl RawQSpinLock {
         self.val.load(Ordering::Relaxed)
     }
 
-    /// `queued_spin_trylock()`: take the lock only if the whole word is 0.
+    /// `queued_spin_trylock()`: take the lock only if the whole word is 0,
+    /// reading it first so that polling a busy lock does not take its cache
+    /// line exclusive.
     #[inline]
     fn try_lock_word(&self) -> bool {
-        self.val.load(Ordering::Relaxed) == 0
-            && self
-                .val
-                .compare_exchange(0, LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+        self.val.load(Ordering::Relaxed) == 0 && self.try_lock_cas()
+    }
+
+    /// The same without the read, for the public `try_lock`: a failed
+    /// `try_lock` is rare and not spun on in user space, while the read
+    /// stalls behind the previous holder's byte store when one thread
+    /// relocks at once, which made a wrapper that tries before it locks
+    /// (`ksync::stat`) cost 1.4x instead of 1.05x.
+    #[inline]
+    fn try_lock_cas(&self) -> bool {
+        self.val
+            .compare_exchange(0, LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// `queued_spin_lock_slowpath()` up to the queue: the pending waiter.
@@ -642,7 +652,7 @@ unsafe impl lock_api::RawMutex for RawQSpinLock {
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        self.try_lock_word().then(lock_api::GuardSend::new)
+        self.try_lock_cas().then(lock_api::GuardSend::new)
     }
 
     #[inline]

@@ -1,0 +1,863 @@
+//! Lock statistics: how often a lock was found free, how often and how long
+//! threads waited for it, how long it was held, as the kernel's lock
+//! statistics report them.
+//!
+//! Seed 000 found why SysV semaphores were slow by counting, on the array
+//! spinlock, the acquisitions that found it free and those that had to wait,
+//! and the cycles spent waiting: 91% of acquisitions waited and 47% of all
+//! CPU time went into spinning. No profile showed that so plainly. Users of
+//! `parking_lot` have asked for these numbers for years (its issues 82 and
+//! 176); [`Stat`] gives them for any lock, cheaply enough to leave on.
+//!
+//! [`Stat<R>`] wraps a raw lock `R` and is a raw lock of the same kind
+//! ([`lock_api::RawMutex`], [`lock_api::RawRwLock`] and the extension traits
+//! `R` has), so `lock_api::Mutex<Stat<R>, T>` is a drop-in replacement for
+//! `lock_api::Mutex<R, T>`. Snapshots ([`LockStatSnapshot`]) sum over several
+//! locks; a [`Registry`] of named locks prints one [`Report`] of all of them,
+//! as a table like the kernel's `/proc/lock_stat`, as JSON, or in the seed's
+//! one-line form.
+//!
+//! ```
+//! use ksync::spin::RawQSpinLock;
+//! use ksync::stat::{self, Stat};
+//! use lock_api::Mutex;
+//!
+//! // `Stat<RawQSpinLock>` is a `lock_api::RawMutex`: this is an ordinary mutex.
+//! static COUNTER: Mutex<Stat<RawQSpinLock>, u64> = Mutex::new(0);
+//!
+//! stat::registry().register_static("counter", &COUNTER);
+//! std::thread::scope(|s| {
+//!     for _ in 0..2 {
+//!         s.spawn(|| {
+//!             for _ in 0..1000 {
+//!                 *COUNTER.lock() += 1;
+//!             }
+//!         });
+//!     }
+//! });
+//!
+//! let report = stat::registry().report();
+//! let counter = report.get("counter").unwrap();
+//! assert_eq!(counter.acquisitions(), 2000);
+//! assert_eq!(counter.wait_histogram.count(), counter.contended());
+//! println!("{report}"); // the lock_stat-like table
+//! println!("{}", counter.seed_line()); // free F contended C wait W avg A 1/1000 cpu time P
+//! ```
+//!
+//! # What it costs
+//!
+//! An acquisition first tries the lock (as the seed's patch did with
+//! `spin_trylock`). If that succeeds, the only extra work is bumping a
+//! counter; a writer does that with a plain load and store, not an atomic
+//! read-modify-write, because it holds the lock and nobody else writes that
+//! counter meanwhile (a locked `fetch_add` would cost as much again as an
+//! uncontended queued spinlock). Readers overlap, so they must use
+//! `fetch_add`, on a counter next to the lock word: one more atomic
+//! read-modify-write per read acquisition, which the kernel avoids with
+//! per-CPU counters that user space does not have cheaply. Only when the try
+//! fails is the clock read, before and after the real `lock`: waiting is what
+//! is being measured, so those clock reads cost nothing that matters. The
+//! wait side (free, contended, wait total and maximum, wait histogram) is
+//! therefore exact and costs almost nothing when uncontended.
+//!
+//! The try is `R`'s own `try_lock`, so an uncontended `Stat<R>` costs what
+//! `R::try_lock` costs, not what `R::lock` does. They differ where `try_lock`
+//! reads the lock word before its compare-and-swap (the kernel's trylock
+//! shape) and `unlock` stores one byte of that word: back to back, the read
+//! waits for the byte store to leave the store buffer.
+//!
+//! A `Stat` adds about 670 bytes to the lock (the counters and two
+//! 32-bucket histograms), the fast-path counters on the lock's cache line.
+//!
+//! Hold time is different: it needs a clock read at acquisition and at
+//! release of *every* acquisition, about 20 ns in all with `rdtsc` on a
+//! virtual machine, three times the cost of an uncontended queued spinlock.
+//! So it is sampled, and the `HOLD` parameter chooses the rate:
+//!
+//! * `Stat<R>` (`HOLD` = 64, the default): one acquisition in 64 of each kind
+//!   (free or contended, read or write) is timed, by that counter's value;
+//!   the hold total is estimated from the mean sample. A workload whose hold
+//!   times repeat with a period dividing 64 acquisitions can bias it.
+//! * `Stat<R, 1>`: every acquisition is timed; totals and maxima are exact.
+//! * `Stat<R, 0>`: hold time is not measured.
+//!
+//! Sampled holds start once the clock is calibrated (see [`calibrate`]); in
+//! `Stat<R, 1>` the first acquisition calibrates it.
+//!
+//! Leaving statistics out entirely costs nothing: use `R` instead of
+//! `Stat<R>` (a type alias in your crate switches all locks at once), or
+//! build without the `std` feature, which removes this module.
+//!
+//! # The per-mille figure
+//!
+//! The seed's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
+//! the share of the whole machine's time that went into waiting for this
+//! lock. For a spinlock that is CPU time burnt; for a sleeping lock such as
+//! [`RawRwSem`](crate::rwsem::RawRwSem) it is time threads spent blocked.
+//! `elapsed` starts at the lock's first [`mark_start`](Stat::mark_start),
+//! which registering it does, else at its first contended acquisition (a
+//! `const` initializer cannot read a clock), and restarts at each
+//! [`reset`](Stat::reset).
+//!
+//! # Consistency
+//!
+//! Counters are read with relaxed loads, so a snapshot taken under load can
+//! be off by the acquisitions in flight. [`Stat::reset`] racing with a writer
+//! that is updating its counters (a load and a store) may leave that one
+//! update behind; reset between phases, while the lock is idle, as a
+//! benchmark does.
+
+mod clock;
+mod report;
+mod snapshot;
+
+pub use clock::{calibrate, ClockSource};
+pub use report::{registry, RegistrationId, Registry, Report, ReportRow};
+pub use snapshot::{Histogram, LockStatSnapshot, SideStats, BUCKETS};
+
+use crate::sync::unmodelled::AtomicU64;
+use crate::sync::Ordering::Relaxed;
+use core::fmt;
+use lock_api::{
+    RawMutex, RawMutexFair, RawMutexTimed, RawRwLock, RawRwLockDowngrade, RawRwLockFair,
+    RawRwLockTimed,
+};
+use std::sync::OnceLock;
+
+/// The default hold-time sampling rate of [`Stat`]: one acquisition in 64.
+pub const DEFAULT_HOLD_SAMPLING: u32 = 64;
+
+/// A raw lock `R` that keeps statistics about itself.
+///
+/// `HOLD` picks how hold times are measured: 0 never, 1 every acquisition,
+/// `n` one acquisition in `n` (see the [module documentation](self)).
+///
+/// The wait-side counters (free, contended, wait total and maximum, wait
+/// histogram) are exact for every `HOLD`.
+///
+/// `Stat` is both a [`RawMutex`] and a [`RawRwLock`] (when `R` is), so a bare
+/// `Stat::INIT` is ambiguous; write `Stat::new(RawQSpinLock::new())` in a
+/// `static`, or let `lock_api::Mutex::new` pick the trait.
+#[repr(C)]
+pub struct Stat<R, const HOLD: u32 = DEFAULT_HOLD_SAMPLING> {
+    raw: R,
+    // Next to the lock word: the fast paths touch only these two.
+    write_free: AtomicU64,
+    read_free: AtomicU64,
+    cold: Counters,
+}
+
+/// The guard state of a [`Stat`] lock: `R`'s guard and, if this acquisition
+/// is timed, when it was taken.
+#[derive(Debug)]
+pub struct StatGuard<G> {
+    inner: G,
+    /// Clock ticks at acquisition, 0 if the hold is not timed.
+    since: u64,
+}
+
+impl<G> StatGuard<G> {
+    #[inline(always)]
+    fn new(inner: G, since: u64) -> Self {
+        StatGuard { inner, since }
+    }
+}
+
+/// Counters touched only by contended acquisitions and timed holds.
+struct Counters {
+    /// Clock ticks when the per-mille window began, 0 if it has not.
+    start: AtomicU64,
+    write: SideCounters,
+    read: SideCounters,
+    wait_hist: [AtomicU64; BUCKETS],
+    hold_hist: [AtomicU64; BUCKETS],
+}
+
+struct SideCounters {
+    contended: AtomicU64,
+    wait_total: AtomicU64,
+    wait_max: AtomicU64,
+    hold_samples: AtomicU64,
+    hold_total: AtomicU64,
+    hold_max: AtomicU64,
+    timeouts: AtomicU64,
+    timeout_wait: AtomicU64,
+}
+
+/// Adds `v`, returning the old value. `excl`: the caller holds the lock
+/// exclusively and is the only writer, so a load and a store suffice (the
+/// lock's own acquire and release order them against the previous and next
+/// holders); otherwise an atomic read-modify-write.
+#[inline(always)]
+fn add(a: &AtomicU64, v: u64, excl: bool) -> u64 {
+    if excl {
+        let old = a.load(Relaxed);
+        a.store(old.wrapping_add(v), Relaxed);
+        old
+    } else {
+        a.fetch_add(v, Relaxed)
+    }
+}
+
+/// Raises `a` to `v` if `v` is larger; `excl` as for [`add`].
+#[inline(always)]
+fn raise(a: &AtomicU64, v: u64, excl: bool) {
+    if v > a.load(Relaxed) {
+        if excl {
+            a.store(v, Relaxed);
+        } else {
+            a.fetch_max(v, Relaxed);
+        }
+    }
+}
+
+impl SideCounters {
+    const fn new() -> Self {
+        SideCounters {
+            contended: AtomicU64::new(0),
+            wait_total: AtomicU64::new(0),
+            wait_max: AtomicU64::new(0),
+            hold_samples: AtomicU64::new(0),
+            hold_total: AtomicU64::new(0),
+            hold_max: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            timeout_wait: AtomicU64::new(0),
+        }
+    }
+
+    fn reset(&self) {
+        for a in [
+            &self.contended,
+            &self.wait_total,
+            &self.wait_max,
+            &self.hold_samples,
+            &self.hold_total,
+            &self.hold_max,
+            &self.timeouts,
+            &self.timeout_wait,
+        ] {
+            a.store(0, Relaxed);
+        }
+    }
+
+    fn snapshot(&self, free: u64) -> SideStats {
+        SideStats {
+            free,
+            contended: self.contended.load(Relaxed),
+            wait_total_ns: self.wait_total.load(Relaxed),
+            wait_max_ns: self.wait_max.load(Relaxed),
+            hold_samples: self.hold_samples.load(Relaxed),
+            hold_sampled_ns: self.hold_total.load(Relaxed),
+            hold_max_ns: self.hold_max.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            timeout_wait_ns: self.timeout_wait.load(Relaxed),
+        }
+    }
+}
+
+impl Counters {
+    const fn new() -> Self {
+        Counters {
+            start: AtomicU64::new(0),
+            write: SideCounters::new(),
+            read: SideCounters::new(),
+            wait_hist: [const { AtomicU64::new(0) }; BUCKETS],
+            hold_hist: [const { AtomicU64::new(0) }; BUCKETS],
+        }
+    }
+}
+
+/// Online CPUs, asked once per process (a snapshot of each of thousands of
+/// locks should not reread `/sys`).
+fn online_cpus() -> u32 {
+    static CPUS: OnceLock<u32> = OnceLock::new();
+    *CPUS.get_or_init(|| {
+        // SAFETY: `sysconf` only reads system configuration; any name is
+        // allowed and an unknown one returns -1.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if n > 0 {
+            u32::try_from(n).unwrap_or(u32::MAX)
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+        }
+    })
+}
+
+impl<R, const HOLD: u32> Stat<R, HOLD> {
+    /// Wraps `raw`, with all counters at zero.
+    pub const fn new(raw: R) -> Self {
+        Stat {
+            raw,
+            write_free: AtomicU64::new(0),
+            read_free: AtomicU64::new(0),
+            cold: Counters::new(),
+        }
+    }
+
+    /// The wrapped lock. Locking it directly bypasses the statistics.
+    pub fn inner(&self) -> &R {
+        &self.raw
+    }
+
+    /// Unwraps the lock, dropping its statistics.
+    pub fn into_inner(self) -> R {
+        self.raw
+    }
+
+    /// Copies the statistics, converting times to nanoseconds.
+    pub fn snapshot(&self) -> LockStatSnapshot {
+        let now = clock::now();
+        let start = self.cold.start.load(Relaxed);
+        let mut wait_histogram = Histogram::default();
+        let mut hold_histogram = Histogram::default();
+        for (dst, src) in wait_histogram.buckets.iter_mut().zip(&self.cold.wait_hist) {
+            *dst = src.load(Relaxed);
+        }
+        for (dst, src) in hold_histogram.buckets.iter_mut().zip(&self.cold.hold_hist) {
+            *dst = src.load(Relaxed);
+        }
+        LockStatSnapshot {
+            locks: 1,
+            write: self.cold.write.snapshot(self.write_free.load(Relaxed)),
+            read: self.cold.read.snapshot(self.read_free.load(Relaxed)),
+            wait_histogram,
+            hold_histogram,
+            elapsed_ns: if start == 0 {
+                0
+            } else {
+                clock::elapsed_ns(start, now)
+            },
+            cpus: online_cpus(),
+        }
+    }
+
+    /// Sets every counter to zero and restarts the per-mille window now.
+    ///
+    /// Exact when the lock is idle; see the module documentation for a reset
+    /// that races with a writer.
+    pub fn reset(&self) {
+        self.write_free.store(0, Relaxed);
+        self.read_free.store(0, Relaxed);
+        self.cold.write.reset();
+        self.cold.read.reset();
+        for a in self.cold.wait_hist.iter().chain(&self.cold.hold_hist) {
+            a.store(0, Relaxed);
+        }
+        self.cold.start.store(clock::now(), Relaxed);
+    }
+
+    /// Starts the per-mille window now, unless it has started already.
+    /// Registering the lock does this.
+    pub fn mark_start(&self) {
+        self.start_if_unset(clock::now());
+    }
+
+    #[inline]
+    fn start_if_unset(&self, t: u64) {
+        if self.cold.start.load(Relaxed) == 0 {
+            let _ = self.cold.start.compare_exchange(0, t, Relaxed, Relaxed);
+        }
+    }
+
+    /// The hold stamp for the acquisition whose counter was `n` before it:
+    /// the current time if this one is timed, else 0.
+    #[inline(always)]
+    fn stamp(n: u64) -> u64 {
+        match HOLD {
+            0 => 0,
+            1 => clock::now(),
+            h => {
+                if n.is_multiple_of(u64::from(h)) {
+                    clock::now_if_ready()
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// Counts an acquisition that found the lock free.
+    #[inline(always)]
+    fn acquired_free(&self, shared: bool) -> u64 {
+        let n = if shared {
+            self.read_free.fetch_add(1, Relaxed)
+        } else {
+            add(&self.write_free, 1, true)
+        };
+        Self::stamp(n)
+    }
+
+    /// Counts a contended acquisition that waited from `t1` to `t2`; returns
+    /// its hold stamp (`t2` when timed: no further clock read).
+    #[inline]
+    fn acquired_after_wait(&self, shared: bool, t1: u64, t2: u64) -> u64 {
+        let (side, excl) = self.side(shared);
+        let ns = clock::elapsed_ns(t1, t2);
+        let n = add(&side.contended, 1, excl);
+        add(&side.wait_total, ns, excl);
+        raise(&side.wait_max, ns, excl);
+        add(&self.cold.wait_hist[Histogram::bucket_of(ns)], 1, excl);
+        self.start_if_unset(t1);
+        match HOLD {
+            0 => 0,
+            1 => t2,
+            h => {
+                if n.is_multiple_of(u64::from(h)) {
+                    t2
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// Counts a timed acquisition that gave up after waiting from `t1` to `t2`.
+    #[cold]
+    fn timed_out(&self, shared: bool, t1: u64, t2: u64) {
+        let (side, _) = self.side(shared);
+        // Not holding the lock: read-modify-writes, on counters that holders
+        // never write with plain stores.
+        side.timeouts.fetch_add(1, Relaxed);
+        side.timeout_wait
+            .fetch_add(clock::elapsed_ns(t1, t2), Relaxed);
+        self.start_if_unset(t1);
+    }
+
+    /// Records the end of a hold that began at `since` (0: not timed).
+    #[inline(always)]
+    fn released(&self, shared: bool, since: u64) {
+        if HOLD != 0 && since != 0 {
+            self.record_hold(shared, since);
+        }
+    }
+
+    #[inline(never)]
+    fn record_hold(&self, shared: bool, since: u64) {
+        let (side, excl) = self.side(shared);
+        let ns = clock::elapsed_ns(since, clock::now_if_ready());
+        add(&side.hold_samples, 1, excl);
+        add(&side.hold_total, ns, excl);
+        raise(&side.hold_max, ns, excl);
+        add(&self.cold.hold_hist[Histogram::bucket_of(ns)], 1, excl);
+    }
+
+    /// The counters of one side, and whether their writer holds the lock
+    /// exclusively.
+    #[inline(always)]
+    fn side(&self, shared: bool) -> (&SideCounters, bool) {
+        if shared {
+            (&self.cold.read, false)
+        } else {
+            (&self.cold.write, true)
+        }
+    }
+
+    /// A contended acquisition: `acquire` is the wrapped lock's blocking call.
+    #[cold]
+    #[inline(never)]
+    fn wait_for<G>(&self, shared: bool, acquire: impl FnOnce() -> G) -> StatGuard<G> {
+        let t1 = clock::now();
+        let inner = acquire();
+        let t2 = clock::now();
+        StatGuard::new(inner, self.acquired_after_wait(shared, t1, t2))
+    }
+
+    /// A contended timed acquisition: `acquire` is the wrapped lock's timed call.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_timed<G>(
+        &self,
+        shared: bool,
+        acquire: impl FnOnce() -> Option<G>,
+    ) -> Option<StatGuard<G>> {
+        let t1 = clock::now();
+        let inner = acquire();
+        let t2 = clock::now();
+        match inner {
+            Some(inner) => Some(StatGuard::new(
+                inner,
+                self.acquired_after_wait(shared, t1, t2),
+            )),
+            None => {
+                self.timed_out(shared, t1, t2);
+                None
+            }
+        }
+    }
+}
+
+impl<R: Default, const HOLD: u32> Default for Stat<R, HOLD> {
+    fn default() -> Self {
+        Stat::new(R::default())
+    }
+}
+
+impl<R, const HOLD: u32> fmt::Debug for Stat<R, HOLD> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stat")
+            .field("hold_sampling", &HOLD)
+            .field("write_free", &self.write_free.load(Relaxed))
+            .field("write_contended", &self.cold.write.contended.load(Relaxed))
+            .field("read_free", &self.read_free.load(Relaxed))
+            .field("read_contended", &self.cold.read.contended.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: every method acquires and releases exactly through `R`'s, which
+// provide the exclusion and the acquire/release ordering; the wrapper only
+// counts around them. The counting cannot unwind (wrapping arithmetic, no
+// allocation), so an unwinding `R::lock` leaves nothing held and `unlock`
+// always reaches `R::unlock`.
+unsafe impl<R: RawMutex, const HOLD: u32> RawMutex for Stat<R, HOLD> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Stat::new(R::INIT);
+
+    type Guard = StatGuard<R::Guard>;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        match self.raw.try_lock() {
+            Some(g) => StatGuard::new(g, self.acquired_free(false)),
+            None => self.wait_for(false, || self.raw.lock()),
+        }
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        let g = self.raw.try_lock()?;
+        Some(StatGuard::new(g, self.acquired_free(false)))
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, guard: Self::Guard) {
+        self.released(false, guard.since);
+        // SAFETY: the caller holds the lock with `guard`, which wraps the
+        // guard `R` gave for this acquisition.
+        unsafe { self.raw.unlock(guard.inner) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        self.raw.is_locked()
+    }
+}
+
+// SAFETY: as for `RawMutex`; a fair unlock is `R`'s. `bump` is the default
+// (a fair unlock and a new, counted, acquisition).
+unsafe impl<R: RawMutexFair, const HOLD: u32> RawMutexFair for Stat<R, HOLD> {
+    #[inline]
+    unsafe fn unlock_fair(&self, guard: Self::Guard) {
+        self.released(false, guard.since);
+        // SAFETY: as in `unlock`.
+        unsafe { self.raw.unlock_fair(guard.inner) }
+    }
+}
+
+// SAFETY: as for `RawMutex`; the timed calls are `R`'s.
+unsafe impl<R: RawMutexTimed, const HOLD: u32> RawMutexTimed for Stat<R, HOLD> {
+    type Duration = R::Duration;
+    type Instant = R::Instant;
+
+    fn try_lock_for(&self, timeout: Self::Duration) -> Option<Self::Guard> {
+        match self.raw.try_lock() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
+            None => self.wait_for_timed(false, || self.raw.try_lock_for(timeout)),
+        }
+    }
+
+    fn try_lock_until(&self, timeout: Self::Instant) -> Option<Self::Guard> {
+        match self.raw.try_lock() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
+            None => self.wait_for_timed(false, || self.raw.try_lock_until(timeout)),
+        }
+    }
+}
+
+// SAFETY: every method acquires and releases through the matching method of
+// `R` with `R`'s guard for that acquisition and mode; the wrapper only counts
+// around them, and its counting cannot unwind. Writers' counters are updated
+// with plain stores only while `R` holds the lock exclusively, readers' with
+// atomic read-modify-writes.
+unsafe impl<R: RawRwLock, const HOLD: u32> RawRwLock for Stat<R, HOLD> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Stat::new(R::INIT);
+
+    type SharedGuard = StatGuard<R::SharedGuard>;
+    type ExclusiveGuard = StatGuard<R::ExclusiveGuard>;
+
+    #[inline]
+    fn lock_shared(&self) -> Self::SharedGuard {
+        match self.raw.try_lock_shared() {
+            Some(g) => StatGuard::new(g, self.acquired_free(true)),
+            None => self.wait_for(true, || self.raw.lock_shared()),
+        }
+    }
+
+    #[inline]
+    fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+        let g = self.raw.try_lock_shared()?;
+        Some(StatGuard::new(g, self.acquired_free(true)))
+    }
+
+    #[inline]
+    unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
+        self.released(true, guard.since);
+        // SAFETY: the caller holds a shared acquisition with `guard`, which
+        // wraps `R`'s guard for it.
+        unsafe { self.raw.unlock_shared(guard.inner) }
+    }
+
+    #[inline]
+    fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+        match self.raw.try_lock_exclusive() {
+            Some(g) => StatGuard::new(g, self.acquired_free(false)),
+            None => self.wait_for(false, || self.raw.lock_exclusive()),
+        }
+    }
+
+    #[inline]
+    fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+        let g = self.raw.try_lock_exclusive()?;
+        Some(StatGuard::new(g, self.acquired_free(false)))
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive(&self, guard: Self::ExclusiveGuard) {
+        self.released(false, guard.since);
+        // SAFETY: the caller holds the exclusive acquisition with `guard`,
+        // which wraps `R`'s guard for it.
+        unsafe { self.raw.unlock_exclusive(guard.inner) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        self.raw.is_locked()
+    }
+
+    #[inline]
+    fn is_locked_exclusive(&self) -> bool {
+        self.raw.is_locked_exclusive()
+    }
+}
+
+// SAFETY: as for `RawRwLock`; the fair unlocks are `R`'s, and the default
+// bumps are a fair unlock and a new, counted, acquisition.
+unsafe impl<R: RawRwLockFair, const HOLD: u32> RawRwLockFair for Stat<R, HOLD> {
+    #[inline]
+    unsafe fn unlock_shared_fair(&self, guard: Self::SharedGuard) {
+        self.released(true, guard.since);
+        // SAFETY: as in `unlock_shared`.
+        unsafe { self.raw.unlock_shared_fair(guard.inner) }
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
+        self.released(false, guard.since);
+        // SAFETY: as in `unlock_exclusive`.
+        unsafe { self.raw.unlock_exclusive_fair(guard.inner) }
+    }
+}
+
+// SAFETY: the downgrade is `R`'s, given `R`'s exclusive guard. The writer's
+// hold ends at the downgrade and is recorded while still exclusive; the
+// shared remainder is not timed (it was not acquired, so it is not counted
+// as a read acquisition either).
+unsafe impl<R: RawRwLockDowngrade, const HOLD: u32> RawRwLockDowngrade for Stat<R, HOLD> {
+    unsafe fn downgrade(&self, guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+        self.released(false, guard.since);
+        // SAFETY: the caller holds the exclusive acquisition with `guard`.
+        let inner = unsafe { self.raw.downgrade(guard.inner) };
+        StatGuard::new(inner, 0)
+    }
+}
+
+// SAFETY: as for `RawRwLock`; the timed calls are `R`'s.
+unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD> {
+    type Duration = R::Duration;
+    type Instant = R::Instant;
+
+    fn try_lock_shared_for(&self, timeout: Self::Duration) -> Option<Self::SharedGuard> {
+        match self.raw.try_lock_shared() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(true))),
+            None => self.wait_for_timed(true, || self.raw.try_lock_shared_for(timeout)),
+        }
+    }
+
+    fn try_lock_shared_until(&self, timeout: Self::Instant) -> Option<Self::SharedGuard> {
+        match self.raw.try_lock_shared() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(true))),
+            None => self.wait_for_timed(true, || self.raw.try_lock_shared_until(timeout)),
+        }
+    }
+
+    fn try_lock_exclusive_for(&self, timeout: Self::Duration) -> Option<Self::ExclusiveGuard> {
+        match self.raw.try_lock_exclusive() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
+            None => self.wait_for_timed(false, || self.raw.try_lock_exclusive_for(timeout)),
+        }
+    }
+
+    fn try_lock_exclusive_until(&self, timeout: Self::Instant) -> Option<Self::ExclusiveGuard> {
+        match self.raw.try_lock_exclusive() {
+            Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
+            None => self.wait_for_timed(false, || self.raw.try_lock_exclusive_until(timeout)),
+        }
+    }
+}
+
+/// Something that keeps lock statistics: one [`Stat`] lock, a `lock_api`
+/// lock over one, or a collection of them (summed, as the per-semaphore
+/// locks of a semaphore set are). What a [`Registry`] holds.
+pub trait LockStats {
+    /// The statistics now, summed if there are several locks.
+    fn snapshot(&self) -> LockStatSnapshot;
+
+    /// Zeroes the statistics and restarts the per-mille window.
+    fn reset(&self);
+
+    /// Starts the per-mille window if it has not started.
+    fn mark_start(&self) {}
+}
+
+impl<R, const HOLD: u32> LockStats for Stat<R, HOLD> {
+    fn snapshot(&self) -> LockStatSnapshot {
+        Stat::snapshot(self)
+    }
+
+    fn reset(&self) {
+        Stat::reset(self)
+    }
+
+    fn mark_start(&self) {
+        Stat::mark_start(self)
+    }
+}
+
+impl<R: RawMutex, T: ?Sized, const HOLD: u32> LockStats for lock_api::Mutex<Stat<R, HOLD>, T> {
+    fn snapshot(&self) -> LockStatSnapshot {
+        raw_mutex(self).snapshot()
+    }
+
+    fn reset(&self) {
+        raw_mutex(self).reset()
+    }
+
+    fn mark_start(&self) {
+        raw_mutex(self).mark_start()
+    }
+}
+
+impl<R: RawRwLock, T: ?Sized, const HOLD: u32> LockStats for lock_api::RwLock<Stat<R, HOLD>, T> {
+    fn snapshot(&self) -> LockStatSnapshot {
+        raw_rwlock(self).snapshot()
+    }
+
+    fn reset(&self) {
+        raw_rwlock(self).reset()
+    }
+
+    fn mark_start(&self) {
+        raw_rwlock(self).mark_start()
+    }
+}
+
+fn raw_mutex<R: RawMutex, T: ?Sized, const HOLD: u32>(
+    m: &lock_api::Mutex<Stat<R, HOLD>, T>,
+) -> &Stat<R, HOLD> {
+    // SAFETY: `raw` is unsafe only because the raw lock could be unlocked
+    // behind a guard's back; the statistics methods never lock or unlock.
+    unsafe { m.raw() }
+}
+
+fn raw_rwlock<R: RawRwLock, T: ?Sized, const HOLD: u32>(
+    m: &lock_api::RwLock<Stat<R, HOLD>, T>,
+) -> &Stat<R, HOLD> {
+    // SAFETY: as in `raw_mutex`.
+    unsafe { m.raw() }
+}
+
+impl<S: LockStats> LockStats for [S] {
+    fn snapshot(&self) -> LockStatSnapshot {
+        self.iter().map(S::snapshot).sum()
+    }
+
+    fn reset(&self) {
+        self.iter().for_each(S::reset)
+    }
+
+    fn mark_start(&self) {
+        self.iter().for_each(S::mark_start)
+    }
+}
+
+impl<S: LockStats, const N: usize> LockStats for [S; N] {
+    fn snapshot(&self) -> LockStatSnapshot {
+        self[..].snapshot()
+    }
+
+    fn reset(&self) {
+        self[..].reset()
+    }
+
+    fn mark_start(&self) {
+        self[..].mark_start()
+    }
+}
+
+impl<S: LockStats> LockStats for Vec<S> {
+    fn snapshot(&self) -> LockStatSnapshot {
+        self[..].snapshot()
+    }
+
+    fn reset(&self) {
+        self[..].reset()
+    }
+
+    fn mark_start(&self) {
+        self[..].mark_start()
+    }
+}
+
+impl<S: LockStats + ?Sized> LockStats for Box<S> {
+    fn snapshot(&self) -> LockStatSnapshot {
+        (**self).snapshot()
+    }
+
+    fn reset(&self) {
+        (**self).reset()
+    }
+
+    fn mark_start(&self) {
+        (**self).mark_start()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fast_path_counters_sit_next_to_the_lock_word() {
+        let s: Stat<crate::spin::RawQSpinLock> = Stat::new(crate::spin::RawQSpinLock::new());
+        let base = &s as *const _ as usize;
+        assert!(&s.read_free as *const _ as usize - base <= 16);
+        assert!(&s.write_free as *const _ as usize - base <= 8);
+    }
+
+    #[test]
+    fn a_held_guard_carries_its_stamp_only_when_timed() {
+        calibrate();
+        let s: Stat<crate::spin::RawQSpinLock, 0> = Stat::new(crate::spin::RawQSpinLock::new());
+        let g = s.lock();
+        assert_eq!(g.since, 0);
+        // SAFETY: `g` is this lock's guard.
+        unsafe { s.unlock(g) };
+        let s: Stat<crate::spin::RawQSpinLock, 1> = Stat::new(crate::spin::RawQSpinLock::new());
+        let g = s.lock();
+        assert_ne!(g.since, 0);
+        // SAFETY: as above.
+        unsafe { s.unlock(g) };
+        assert_eq!(s.snapshot().write.hold_samples, 1);
+    }
+}
