@@ -54,7 +54,9 @@
 //!   and a preempted spinlock holder would stall everyone.
 //!
 //! [`SemCounters`] show the work: operation attempts, list entries visited,
-//! wake-ups, and how many of those needed a futex call.
+//! wake-ups, and how many of those needed a futex call. [`SemSet::lock_stats`]
+//! shows the locks themselves (free, contended, wait), as seed 000 measured
+//! the kernel's array lock. The statistics cost about 0.7 KiB per semaphore.
 //!
 //! # Differences from the kernel
 //!
@@ -77,6 +79,8 @@ pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
 pub use set::{SemCounters, SemSet, SemStat};
+#[cfg(not(loom))]
+pub use set::SemLockStats;
 pub use undo::SemUndo;
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).

@@ -49,19 +49,50 @@ pub(super) const PARKED: u32 = 1;
 pub(super) const DONE: u32 = 2;
 
 /// Default for [`set_sleeper_spin`].
-pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 2000 };
+pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 1000 };
+
+/// Polls a thread keeps even after its spins kept failing, so it notices
+/// when waits become short again.
+const MIN_SPIN: u32 = 16;
 
 static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
 
-/// Sets how many times a blocked `semop` polls its status word before it
+std::thread_local! {
+    /// This thread's learned poll budget: doubled when a wait ended while
+    /// polling, halved when it had to park.
+    static SPIN_BUDGET: core::cell::Cell<u32> = const { core::cell::Cell::new(MIN_SPIN) };
+}
+
+/// Sets the most times a blocked `semop` polls its status word before it
 /// sleeps in the kernel, for every set in the process. 0 sleeps at once.
 ///
-/// A poll is one `cpu_relax` (a few nanoseconds to tens of nanoseconds). A
-/// sleeper completed while it still polls costs neither it nor the waker a
-/// system call; polling longer burns the CPU time it hoped to save. The lab's
-/// `sembench` shows the trade on your machine.
+/// A poll is one `cpu_relax` (a few to tens of nanoseconds). A sleeper
+/// completed while it still polls costs neither it nor the waker a system
+/// call; polling for a wake-up that comes much later only burns CPU time the
+/// poster may need. So each thread learns its own budget between 16 polls and
+/// this limit: doubled when a wait ended during the poll, halved when it had
+/// to sleep. Ping-pong between two threads learns to poll; sembench's 250
+/// workers, reposted only after hundreds of other wake-ups, learn not to.
 pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
+}
+
+/// The polls this wait may spend, and a way to report how it went.
+fn spin_budget() -> u32 {
+    let limit = SLEEPER_SPIN.load(Ordering::Relaxed);
+    if limit == 0 {
+        return 0;
+    }
+    SPIN_BUDGET.with(|b| b.get()).clamp(MIN_SPIN.min(limit), limit)
+}
+
+fn learn(budget: u32, completed_while_polling: bool) {
+    let next = if completed_while_polling {
+        budget.saturating_mul(2)
+    } else {
+        budget / 2
+    };
+    SPIN_BUDGET.with(|b| b.set(next.max(MIN_SPIN)));
 }
 
 /// One blocked `semop` call.
@@ -120,10 +151,11 @@ impl Sleeper {
     /// status word if it holds a result, or `None` on time-out (the node may
     /// still be queued: the caller settles that under the lock).
     pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
-        let spins = SLEEPER_SPIN.load(Ordering::Relaxed);
+        let spins = spin_budget();
         for i in 0..spins {
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
+                learn(spins, true);
                 return Some(status);
             }
             // Reading the clock costs more than a poll, so check the deadline
@@ -132,6 +164,9 @@ impl Sleeper {
                 return None;
             }
             cpu_relax();
+        }
+        if spins > 0 {
+            learn(spins, false);
         }
         if let Err(status) =
             self.status
@@ -214,6 +249,11 @@ impl Wakeups {
 
     /// Wakes every parked sleeper. Call it with no lock held.
     pub(super) fn wake_all(self) {
+        if self.words.len() >= 2 {
+            // SAFETY: as below, for each word: one batched system call.
+            unsafe { crate::futex_batch::wake_all(&self.words) };
+            return;
+        }
         for word in self.words {
             // SAFETY: `word` is only a key for FUTEX_WAKE; the node may be
             // gone, and a wake of whatever lives there now is spurious.

@@ -64,9 +64,37 @@ use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 /// per-semaphore mode after a single global unlock.
 const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
 
-/// The lock type of the set's locks.
-pub(super) type ArrayLock = RawSemLock;
+/// The lock type of the set's locks: instrumented, so a set can report the
+/// seed's free / contended / wait figures for its own locks.
+#[cfg(not(loom))]
+type ArrayLock = crate::stat::Stat<RawSemLock>;
+/// Under loom the bare lock: the statistics are not part of the protocol.
+#[cfg(loom)]
+type ArrayLock = RawSemLock;
 type LockGuard = <ArrayLock as RawMutex>::Guard;
+
+fn new_lock() -> ArrayLock {
+    #[cfg(not(loom))]
+    {
+        let lock = crate::stat::Stat::new(RawSemLock::new());
+        lock.mark_start();
+        lock
+    }
+    #[cfg(loom)]
+    RawSemLock::new()
+}
+
+fn acquire(lock: &ArrayLock) -> LockGuard {
+    RawMutex::lock(lock)
+}
+
+/// # Safety
+///
+/// `guard` came from [`acquire`] on this `lock`.
+unsafe fn release(lock: &ArrayLock, guard: LockGuard) {
+    // SAFETY: per the caller's contract.
+    unsafe { RawMutex::unlock(lock, guard) }
+}
 
 /// Which of the set's locks the caller holds.
 pub(super) enum Held {
@@ -132,6 +160,17 @@ pub struct SemCounters {
     pub futex_wakes: u64,
 }
 
+/// The statistics of a set's locks, from [`SemSet::lock_stats`].
+#[cfg(not(loom))]
+#[derive(Clone, Debug, PartialEq)]
+pub struct SemLockStats {
+    /// The global (array) lock: complex operations, control calls, and
+    /// single operations while the set is in global mode.
+    pub global: crate::stat::LockStatSnapshot,
+    /// All per-semaphore locks, summed.
+    pub semaphores: crate::stat::LockStatSnapshot,
+}
+
 /// What `IPC_STAT` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SemStat {
@@ -152,10 +191,26 @@ struct SemLists {
     zero: WaitList,
 }
 
+/// Bits of a semaphore's [`Sem::word`] besides its value. Any of them set
+/// sends single operations on it to the locked path.
+const VALUE_MASK: u32 = 0xffff;
+/// A per-semaphore lock holder is working on this semaphore.
+const HELD: u32 = 1 << 16;
+/// Its wait lists are not empty: a change must look at them.
+const SLEEPERS: u32 = 1 << 17;
+/// The set is in global mode.
+const GLOBAL: u32 = 1 << 18;
+/// The set was removed.
+const REMOVED: u32 = 1 << 19;
+
 /// One semaphore, alone on its cache line (seed 000's third patch).
 struct Sem {
     lock: ArrayLock,
-    value: AtomicI32,
+    /// The value (low 16 bits) and the flags above. A single operation with
+    /// no flag set is done with one compare-and-swap and no lock (see
+    /// [`SetShared::try_lock_free`]); everything else sets or finds a flag
+    /// first, so under a lock the value can be read and written plainly.
+    word: AtomicU32,
     /// Process id of the last modifier, 0 if none (GETPID).
     pid: AtomicI32,
     /// Seconds since the epoch of the last successful operation whose first
@@ -358,22 +413,26 @@ impl SetShared {
     fn lock_single(&self, num: usize) -> Held {
         let sem = &self.sems[num];
         if self.mode.use_global.load(Ordering::Relaxed) == 0 {
-            let guard = sem.lock.lock();
+            let guard = acquire(&sem.lock);
             // Pairs with the release store that ends global mode, and with
             // complexmode_enter's pass over the semaphore locks.
             if self.mode.use_global.load(Ordering::Acquire) == 0 {
+                // Keeps lock-free operations off the value from now on; the
+                // RMW also reads the latest value they left.
+                sem.word.fetch_or(HELD, Ordering::Acquire);
                 return Held::Sem(num, guard);
             }
             // SAFETY: we took this lock just above.
-            unsafe { sem.lock.unlock(guard) };
+            unsafe { release(&sem.lock, guard) };
         }
-        let global = self.global.lock.lock();
+        let global = acquire(&self.global.lock);
         if self.mode.use_global.load(Ordering::Relaxed) == 0 {
             // Global mode ended while we waited. It cannot start again while
             // we hold the global lock, so no re-check is needed.
-            let guard = sem.lock.lock();
+            let guard = acquire(&sem.lock);
+            sem.word.fetch_or(HELD, Ordering::Acquire);
             // SAFETY: taken just above.
-            unsafe { self.global.lock.unlock(global) };
+            unsafe { release(&self.global.lock, global) };
             return Held::Sem(num, guard);
         }
         Held::Global(global)
@@ -382,16 +441,18 @@ impl SetShared {
     /// Takes the global lock and enters global mode (complex operations,
     /// control calls, undo, removal).
     fn lock_global(&self) -> Held {
-        let guard = self.global.lock.lock();
+        let guard = acquire(&self.global.lock);
         let was_global = self.mode.use_global.load(Ordering::Relaxed) > 0;
         self.mode.use_global.store(HYSTERESIS, Ordering::Relaxed);
         if !was_global {
             // Wait out every per-semaphore holder: whoever takes a semaphore
             // lock after this pass sees `use_global` set and backs off.
+            // The GLOBAL flag stops lock-free operations the same way.
             for sem in self.sems.iter() {
-                let g = sem.lock.lock();
+                let g = acquire(&sem.lock);
+                sem.word.fetch_or(GLOBAL, Ordering::Acquire);
                 // SAFETY: taken just above.
-                unsafe { sem.lock.unlock(g) };
+                unsafe { release(&sem.lock, g) };
             }
         }
         Held::Global(guard)
@@ -407,27 +468,46 @@ impl SetShared {
     }
 
     fn unlock(&self, held: Held) {
-        match held {
-            Held::Sem(num, guard) => {
-                // SAFETY: `held` proves we hold this lock.
-                unsafe { self.sems[num].lock.unlock(guard) }
-            }
-            Held::Global(guard) => {
+        match &held {
+            Held::Sem(num, _) => self.publish_word(&held, *num, 0),
+            Held::Global(_) => {
                 if self.global.complex_count.load(Ordering::Relaxed) == 0 {
                     self.unmerge_queues();
                     let n = self.mode.use_global.load(Ordering::Relaxed);
                     if n <= 1 {
-                        // Publishes everything done in global mode to the
-                        // next per-semaphore holder (see lock_single).
+                        // Leave global mode: lift GLOBAL from every
+                        // semaphore, then publish everything done in global
+                        // mode to the next per-semaphore holder (see
+                        // lock_single). Nothing below touches a semaphore.
+                        for num in 0..self.nsems() {
+                            self.publish_word(&held, num, GLOBAL);
+                        }
                         self.mode.use_global.store(0, Ordering::Release);
                     } else {
                         self.mode.use_global.store(n - 1, Ordering::Relaxed);
                     }
                 }
-                // SAFETY: `held` proves we hold the global lock.
-                unsafe { self.global.lock.unlock(guard) }
             }
         }
+        match held {
+            // SAFETY: `held` proves we hold this lock.
+            Held::Sem(num, guard) => unsafe { release(&self.sems[num].lock, guard) },
+            // SAFETY: `held` proves we hold the global lock.
+            Held::Global(guard) => unsafe { release(&self.global.lock, guard) },
+        }
+    }
+
+    /// Ends a locked stretch on semaphore `num`: clears `HELD` and `lift`,
+    /// and sets `SLEEPERS` to whether its lists are non-empty, with a
+    /// release store that hands the value to the next lock-free operation.
+    fn publish_word(&self, held: &Held, num: usize, lift: u32) {
+        let word = &self.sems[num].word;
+        let current = word.load(Ordering::Relaxed);
+        let mut next = current & !(HELD | SLEEPERS | lift);
+        if self.has_sleepers(held, num) {
+            next |= SLEEPERS;
+        }
+        word.store(next, Ordering::Release);
     }
 
     // ---- list access (all under the lock named by `held`) ----------------
@@ -491,11 +571,74 @@ impl SetShared {
     // ---- evaluation -------------------------------------------------------
 
     fn value(&self, num: usize) -> i32 {
-        self.sems[num].value.load(Ordering::Relaxed)
+        (self.sems[num].word.load(Ordering::Relaxed) & VALUE_MASK) as i32
     }
 
+    /// Sets a value under a lock that covers it. A flag is set on the word
+    /// (HELD or GLOBAL), so no lock-free operation can change it meanwhile.
     fn set_value_locked(&self, num: usize, value: i32) {
-        self.sems[num].value.store(value, Ordering::Relaxed);
+        let word = &self.sems[num].word;
+        let flags = word.load(Ordering::Relaxed) & !VALUE_MASK;
+        debug_assert!(flags & (HELD | GLOBAL) != 0);
+        word.store(flags | value as u32, Ordering::Relaxed);
+    }
+
+    /// Whether semaphore `num` has sleepers on its own lists.
+    fn has_sleepers(&self, held: &Held, num: usize) -> bool {
+        self.with_sem_lists(held, num, |l| !l.alter.is_empty() || !l.zero.is_empty())
+    }
+
+    /// A single operation without a lock, when nothing else is going on
+    /// with its semaphore: no lock holder, no sleepers, not global mode, not
+    /// removed, and no `SEM_UNDO`. Then the operation is one compare-and-swap
+    /// on the value (acquire and release, like a lock) and can neither enable
+    /// nor disturb anybody. `None`: take the locked path.
+    fn try_lock_free(&self, sop: &SemBuf) -> Option<Result<(), SemError>> {
+        let num = usize::from(sop.num);
+        if sop.flags & SEM_UNDO != 0 || num >= self.nsems() {
+            return None;
+        }
+        let would_block = || {
+            (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again))
+        };
+        let word = &self.sems[num].word;
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            if current & !VALUE_MASK != 0 {
+                return None;
+            }
+            let value = current as i32;
+            if sop.op == 0 {
+                if value != 0 {
+                    return would_block();
+                }
+                break;
+            }
+            let result = value + i32::from(sop.op);
+            if result < 0 {
+                return would_block();
+            }
+            if result > SEMVMX {
+                return Some(Err(SemError::Range));
+            }
+            match word.compare_exchange_weak(
+                current,
+                result as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
+        let pid = current_pid();
+        let sem_pid = &self.sems[num].pid;
+        // Racy but harmless: every thread of the process stores the same pid.
+        if sem_pid.load(Ordering::Relaxed) != pid {
+            sem_pid.store(pid, Ordering::Relaxed);
+        }
+        self.touch_otime(num);
+        Some(Ok(()))
     }
 
     /// Tries `op` against the current values, all or nothing, in array order
@@ -973,8 +1116,9 @@ impl SemSet {
         let sems = (0..nsems)
             .map(|_| {
                 CachePadded::new(Sem {
-                    lock: ArrayLock::new(),
-                    value: AtomicI32::new(0),
+                    lock: new_lock(),
+                    // A new set starts in global mode.
+                    word: AtomicU32::new(GLOBAL),
                     pid: AtomicI32::new(0),
                     otime: CounterU64::new(0),
                     lists: UnsafeCell::new(SemLists::default()),
@@ -989,7 +1133,7 @@ impl SemSet {
                 deleted: AtomicBool::new(false),
             }),
             global: CachePadded::new(Global {
-                lock: ArrayLock::new(),
+                lock: new_lock(),
                 complex_count: AtomicU32::new(0),
                 alter: UnsafeCell::new(WaitList::new()),
                 zero: UnsafeCell::new(WaitList::new()),
@@ -1045,6 +1189,11 @@ impl SemSet {
         }
         if sops.is_empty() {
             return Err(SemError::Invalid);
+        }
+        if sops.len() == 1 {
+            if let Some(done) = self.shared.try_lock_free(&sops[0]) {
+                return done;
+            }
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let scan = scan(sops);
@@ -1232,6 +1381,9 @@ impl SemSet {
         let mut wakeups = Wakeups::default();
         self.control(|set, held| {
             set.mode.deleted.store(true, Ordering::Release);
+            for sem in set.sems.iter() {
+                sem.word.fetch_or(REMOVED, Ordering::Relaxed);
+            }
             let removed = SemError::Removed.to_code();
             let mut everyone = Vec::new();
             for num in 0..set.nsems() {
@@ -1252,6 +1404,29 @@ impl SemSet {
         })?;
         wakeups.wake_all();
         Ok(())
+    }
+
+    /// Statistics of the set's own locks (see [`crate::stat`]): the global
+    /// lock, and every per-semaphore lock summed. The global one is the
+    /// kernel's array lock that seed 000 instrumented; print its
+    /// [`seed_line`](crate::stat::LockStatSnapshot::seed_line) for the seed's
+    /// `free F contended C wait W avg A 1/1000 cpu time P`.
+    #[cfg(not(loom))]
+    pub fn lock_stats(&self) -> SemLockStats {
+        let set = &*self.shared;
+        SemLockStats {
+            global: set.global.lock.snapshot(),
+            semaphores: set.sems.iter().map(|s| s.lock.snapshot()).sum(),
+        }
+    }
+
+    /// Zeroes the lock statistics and restarts their time window, so a
+    /// benchmark can measure one phase.
+    #[cfg(not(loom))]
+    pub fn reset_lock_stats(&self) {
+        let set = &*self.shared;
+        set.global.lock.reset();
+        set.sems.iter().for_each(|s| s.lock.reset());
     }
 
     /// How much work the set's wakers did since it was created.
