@@ -1197,14 +1197,21 @@ impl SemSet {
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let scan = scan(sops);
-        let entry = if scan.undos {
-            Some(undo.ok_or(SemError::Invalid)?.entry_for(&self.shared)?)
-        } else {
-            None
+        let undo = match (scan.undos, undo) {
+            (true, None) => return Err(SemError::Invalid),
+            (true, Some(undo)) => Some(undo),
+            (false, _) => None,
         };
         if scan.max >= self.nsems() {
             return Err(SemError::FileTooBig);
         }
+        // The kernel allocates the undo entry before the EFBIG check; for a
+        // live set that cannot fail, and for a removed one EFBIG first keeps
+        // the documented order whatever the context saw before.
+        let entry = match undo {
+            Some(undo) => Some(undo.entry_for(&self.shared)?),
+            None => None,
+        };
         let set = &*self.shared;
         let held = set.lock_for(sops);
         if set.is_deleted() {
