@@ -78,9 +78,9 @@ mod undo;
 pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
-pub use set::{SemCounters, SemSet, SemStat};
 #[cfg(not(loom))]
 pub use set::SemLockStats;
+pub use set::{SemCounters, SemSet, SemStat};
 pub use undo::SemUndo;
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).

@@ -83,7 +83,9 @@ fn spin_budget() -> u32 {
     if limit == 0 {
         return 0;
     }
-    SPIN_BUDGET.with(|b| b.get()).clamp(MIN_SPIN.min(limit), limit)
+    SPIN_BUDGET
+        .with(|b| b.get())
+        .clamp(MIN_SPIN.min(limit), limit)
 }
 
 fn learn(budget: u32, completed_while_polling: bool) {
