@@ -1,20 +1,114 @@
-//! The spinlock measurements: uncontended cost and contended throughput.
+//! The measurement loops: uncontended cost, the N-thread spinlock
+//! micro-benchmark (seed 001), and the two-lock mix (seed 004).
 //!
-//! Both loops are generic over the lock type so that each lock's `lock` and
+//! Every loop is generic over the lock type so that each lock's `lock` and
 //! `unlock` are inlined into its own copy of the loop, as they would be in a
 //! user's program.
 
-use crate::peers::LabLock;
+use crate::affinity::pin_current_thread;
+use crate::peers::{Apart, Data, LabLock, LockKind};
+use ksync::stat::LockStatSnapshot;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// Where the lock word sits relative to the data its critical section writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// The counter right beside the lock word, on its cache line (seed
+    /// 004's case: waiters polling the lock slow the holder's writes).
+    Embedded,
+    /// The lock alone on its cache line, the counter on another.
+    Standalone,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Embedded => "embedded",
+            Layout::Standalone => "standalone",
+        }
+    }
+}
+
+/// Starts a value on a 128-byte boundary, so layouts are what they say
+/// wherever the value lives.
+#[repr(align(128))]
+struct Aligned<T>(T);
+
+/// One thread's counter on its own 128-byte block.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot(AtomicU64);
+
+/// `n` CPU relaxes (`pause` on x86): the unit of critical-section work and
+/// of the ticket lock's backoff.
+#[inline(always)]
+pub fn relax(n: u32) {
+    for _ in 0..n {
+        std::hint::spin_loop();
+    }
+}
+
+/// Nanoseconds per [`relax`], measured now (best of a few rounds).
+pub fn relax_ns() -> f64 {
+    const N: u32 = 200_000;
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            relax(black_box(N));
+            start.elapsed().as_nanos() as f64 / f64::from(N)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A cheap timestamp in unspecified ticks, converted with [`TickScale`].
+#[inline(always)]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86_64.
+        #[allow(unused_unsafe)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Converts ticks to nanoseconds from two (instant, ticks) readings.
+struct TickScale {
+    start: (Instant, u64),
+}
+
+impl TickScale {
+    fn start() -> Self {
+        TickScale {
+            start: (Instant::now(), ticks()),
+        }
+    }
+
+    fn ns_per_tick(&self) -> f64 {
+        let ns = self.start.0.elapsed().as_nanos() as f64;
+        let t = ticks().wrapping_sub(self.start.1) as f64;
+        if t > 0.0 {
+            ns / t
+        } else {
+            1.0
+        }
+    }
+}
 
 /// Nanoseconds per uncontended lock + unlock, best of `rounds` runs of
 /// `iters` pairs (the minimum is the least disturbed by other processes).
-pub fn uncontended<L: LabLock>(iters: u64, rounds: u32) -> f64 {
-    let lock = L::new();
-    let lock = black_box(&lock);
+pub fn uncontended<L: LabLock<u64>>(iters: u64, rounds: u32) -> f64 {
+    let lock = Aligned(L::new());
+    let lock = black_box(&lock.0);
     // Warm up: first use may claim a thread slot or fault in a page.
     for _ in 0..iters.min(10_000) {
         lock.with(|v| *v += 1);
@@ -25,86 +119,433 @@ pub fn uncontended<L: LabLock>(iters: u64, rounds: u32) -> f64 {
         for _ in 0..iters {
             lock.with(|v| *v = black_box(*v) + 1);
         }
-        best = best.min(start.elapsed().as_nanos() as f64 / iters as f64);
+        best = best.min(start.elapsed().as_nanos() as f64 / iters.max(1) as f64);
     }
     best
 }
 
-/// What one contended run measured.
-#[derive(Debug, Clone)]
-pub struct Contended {
-    pub threads: usize,
-    /// Critical sections completed, all threads together.
-    pub ops: u64,
-    pub elapsed: Duration,
-    /// Each thread's completed critical sections.
-    pub per_thread: Vec<u64>,
-    /// The protected counter ended equal to `ops`: no increment was lost.
-    pub exact: bool,
+/// How long a spin run lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Seed 001: every thread does `loops` rounds; the metric is the time
+    /// until the last one finishes. Past `limit` the run is stopped and
+    /// reported as not finished.
+    Loops { loops: u64, limit: Duration },
+    /// Rounds completed in a fixed time.
+    Timed(Duration),
 }
 
-impl Contended {
+/// One run of the N-thread spinlock micro-benchmark.
+#[derive(Debug, Clone)]
+pub struct SpinConfig {
+    pub threads: usize,
+    pub mode: Mode,
+    /// Relaxes inside the critical section, after the increment.
+    pub cs_work: u32,
+    pub layout: Layout,
+    /// The CPU of each thread, or no pinning.
+    pub pin: Option<Vec<usize>>,
+    /// Time every round, for the longest wait (costs one timestamp a round).
+    pub wait_clock: bool,
+}
+
+/// What one spin run measured.
+#[derive(Debug, Clone)]
+pub struct SpinResult {
+    /// Rounds completed, all threads together.
+    pub ops: u64,
+    /// Start to the last thread's finish (loops), or to the end of the
+    /// drain after the stop signal (timed).
+    pub elapsed: Duration,
+    /// Each thread's rounds while all were still competing: when the first
+    /// thread finished its loops (loops mode), or at the end (timed).
+    pub competing: Vec<u64>,
+    /// Every thread finished its loops (always true when timed).
+    pub finished: bool,
+    /// The protected counter ended equal to `ops`: no increment was lost.
+    pub exact: bool,
+    /// The longest single round (lock + critical section + unlock).
+    pub longest_wait: Option<Duration>,
+    /// When the first and the last thread finished (loops mode).
+    pub first_done: Option<Duration>,
+    /// The lock's statistics over the run, for a lock that keeps them
+    /// (a `+stat` entry).
+    pub lock_stats: Option<LockStatSnapshot>,
+}
+
+impl SpinResult {
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
 
-    /// Smallest and largest per-thread share as a fraction of a fair share.
+    /// Smallest and largest per-thread share of the rounds taken while all
+    /// threads competed, as a fraction of a fair share (1.0 = fair).
     pub fn share_range(&self) -> (f64, f64) {
-        let fair = self.ops as f64 / self.threads as f64;
-        if fair == 0.0 {
-            return (0.0, 0.0);
-        }
-        let min = *self.per_thread.iter().min().unwrap_or(&0) as f64;
-        let max = *self.per_thread.iter().max().unwrap_or(&0) as f64;
-        (min / fair, max / fair)
+        share_range(&self.competing)
     }
 }
 
-/// `threads` threads take one lock back to back for about `duration`; inside,
-/// each increments the protected counter and spins `cs_work` relaxes.
-///
-/// The clock stops when the last thread has left, so a lock whose waiters
-/// are stuck behind a preempted thread pays for the time they take to drain.
-pub fn contended<L: LabLock>(threads: usize, duration: Duration, cs_work: u32) -> Contended {
-    let lock = L::new();
+/// Smallest and largest of `counts` over their mean.
+pub fn share_range(counts: &[u64]) -> (f64, f64) {
+    let total: u64 = counts.iter().sum();
+    if total == 0 || counts.is_empty() {
+        return (0.0, 0.0);
+    }
+    let fair = total as f64 / counts.len() as f64;
+    let min = *counts.iter().min().unwrap_or(&0) as f64;
+    let max = *counts.iter().max().unwrap_or(&0) as f64;
+    (min / fair, max / fair)
+}
+
+/// Runs the micro-benchmark on lock kind `K` in the configured layout.
+pub fn spin<K: LockKind>(cfg: &SpinConfig) -> SpinResult {
+    match cfg.layout {
+        Layout::Embedded => spin_on::<K::Lock<u64>, u64>(cfg),
+        Layout::Standalone => spin_on::<K::Lock<Apart>, Apart>(cfg),
+    }
+}
+
+/// Threads finished so far, for the main thread's timed wait.
+struct Finish {
+    count: Mutex<usize>,
+    all_done: Condvar,
+}
+
+fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
+    let lock = Aligned(L::new());
+    let lock = &lock.0;
+    let threads = cfg.threads;
     let stop = AtomicBool::new(false);
     let start_line = Barrier::new(threads + 1);
-    let (per_thread, elapsed) = std::thread::scope(|s| {
+    let progress: Vec<Slot> = (0..threads).map(|_| Slot::default()).collect();
+    let first_finisher = AtomicUsize::new(0);
+    let snapshot: Mutex<Option<Vec<u64>>> = Mutex::new(None);
+    let finish = Finish {
+        count: Mutex::new(0),
+        all_done: Condvar::new(),
+    };
+    let loops = match cfg.mode {
+        Mode::Loops { loops, .. } => loops,
+        Mode::Timed(_) => u64::MAX,
+    };
+    let (cs_work, wait_clock) = (cfg.cs_work, cfg.wait_clock);
+    let (outcomes, start, stopped_early, scale) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    start_line.wait();
-                    let mut mine = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        lock.with(|v| {
-                            *v += 1;
-                            for _ in 0..cs_work {
-                                std::hint::spin_loop();
-                            }
-                        });
-                        mine += 1;
+            .map(|me| {
+                let cpu = cfg.pin.as_ref().map(|p| p[me]);
+                let (stop, start_line, progress) = (&stop, &start_line, &progress);
+                let (first_finisher, snapshot, finish) = (&first_finisher, &snapshot, &finish);
+                s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_current_thread(cpu);
                     }
-                    mine
+                    start_line.wait();
+                    let started = Instant::now();
+                    let mut mine = 0u64;
+                    let mut longest = 0u64;
+                    // One timestamp a round: the time from the end of one
+                    // round to the end of the next is this round's wait,
+                    // critical section and unlock (plus a few loop
+                    // instructions), at half the cost of timing both ends.
+                    let mut last = if wait_clock { ticks() } else { 0 };
+                    while mine < loops && !stop.load(Ordering::Relaxed) {
+                        if wait_clock {
+                            lock.with(|d| {
+                                *d.counter() += 1;
+                                relax(cs_work);
+                            });
+                            let now = ticks();
+                            longest = longest.max(now.wrapping_sub(last));
+                            last = now;
+                        } else {
+                            lock.with(|d| {
+                                *d.counter() += 1;
+                                relax(cs_work);
+                            });
+                        }
+                        mine += 1;
+                        progress[me].0.store(mine, Ordering::Relaxed);
+                    }
+                    let done = Instant::now();
+                    if mine == loops && first_finisher.fetch_add(1, Ordering::Relaxed) == 0 {
+                        let counts = progress.iter().map(|p| p.0.load(Ordering::Relaxed));
+                        *snapshot.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(counts.collect());
+                    }
+                    let mut n = finish.count.lock().unwrap_or_else(|e| e.into_inner());
+                    *n += 1;
+                    finish.all_done.notify_all();
+                    (mine, longest, started, done)
+                })
+            })
+            .collect();
+        // The workers wait at the start line: the lock is idle.
+        lock.reset_lock_stats();
+        start_line.wait();
+        let scale = TickScale::start();
+        let start = scale.start.0;
+        let mut stopped_early = false;
+        match cfg.mode {
+            Mode::Timed(duration) => {
+                std::thread::sleep(duration);
+                stop.store(true, Ordering::Relaxed);
+            }
+            Mode::Loops { limit, .. } => {
+                let n = finish.count.lock().unwrap_or_else(|e| e.into_inner());
+                let (_n, wait) = finish
+                    .all_done
+                    .wait_timeout_while(n, limit, |n| *n < threads)
+                    .unwrap_or_else(|e| e.into_inner());
+                if wait.timed_out() {
+                    stopped_early = true;
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        let outcomes: Vec<(u64, u64, Instant, Instant)> = workers
+            .into_iter()
+            .map(|w| w.join().expect("benchmark thread panicked"))
+            .collect();
+        (outcomes, start, stopped_early, scale)
+    });
+    let end = Instant::now();
+    // Before the check below takes the lock once more.
+    let lock_stats = lock.lock_stats();
+    let ns_per_tick = scale.ns_per_tick();
+    let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
+    let ops = per_thread.iter().sum();
+    let counted = lock.with(|d| *d.counter());
+    let finished = !stopped_early && per_thread.iter().all(|&n| n == loops);
+    let (elapsed, first_done) = match cfg.mode {
+        Mode::Loops { .. } if finished => {
+            // From the first thread's start to each thread's finish, as the
+            // threads saw them (the main thread may wake after a fast run).
+            let began = outcomes.iter().map(|o| o.2).min().unwrap_or(start);
+            let since = |t: Instant| t.saturating_duration_since(began);
+            let last = outcomes
+                .iter()
+                .map(|o| since(o.3))
+                .max()
+                .unwrap_or_default();
+            let first = outcomes
+                .iter()
+                .map(|o| since(o.3))
+                .min()
+                .unwrap_or_default();
+            (last.max(Duration::from_nanos(1)), Some(first))
+        }
+        _ => (end.saturating_duration_since(start), None),
+    };
+    let competing = snapshot
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .filter(|_| finished)
+        .unwrap_or(per_thread);
+    let longest = outcomes.iter().map(|o| o.1).max().unwrap_or(0);
+    SpinResult {
+        ops,
+        elapsed,
+        competing,
+        finished,
+        exact: counted == ops,
+        longest_wait: wait_clock
+            .then(|| Duration::from_nanos((longest as f64 * ns_per_tick) as u64)),
+        first_done,
+        lock_stats,
+    }
+}
+
+/// One run of seed 004's two-lock mix: each thread takes a hot lock with a
+/// long critical section, then a cold one with a short critical section.
+#[derive(Debug, Clone)]
+pub struct TwoLockConfig {
+    pub threads: usize,
+    pub duration: Duration,
+    /// Relaxes inside the hot lock.
+    pub hot_work: u32,
+    /// Relaxes inside the cold lock.
+    pub cold_work: u32,
+    pub pin: Option<Vec<usize>>,
+}
+
+/// What one two-lock run measured.
+#[derive(Debug, Clone)]
+pub struct TwoLockResult {
+    /// Rounds (hot + cold) completed, all threads together.
+    pub rounds: u64,
+    pub elapsed: Duration,
+    pub per_thread: Vec<u64>,
+    pub hot_longest: Duration,
+    /// Mean time to take and drop the cold lock, nanoseconds.
+    pub cold_mean_ns: f64,
+    pub cold_longest: Duration,
+    pub exact: bool,
+}
+
+impl TwoLockResult {
+    pub fn rounds_per_sec(&self) -> f64 {
+        self.rounds as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Runs the two-lock mix on lock kind `K`, both locks embedded in their data.
+pub fn two_lock<K: LockKind>(cfg: &TwoLockConfig) -> TwoLockResult {
+    two_lock_on::<K::Lock<u64>>(cfg)
+}
+
+fn two_lock_on<L: LabLock<u64>>(cfg: &TwoLockConfig) -> TwoLockResult {
+    let hot = Aligned(L::new());
+    let cold = Aligned(L::new());
+    let (hot, cold) = (&hot.0, &cold.0);
+    let stop = AtomicBool::new(false);
+    let start_line = Barrier::new(cfg.threads + 1);
+    let (hot_work, cold_work) = (cfg.hot_work, cfg.cold_work);
+    let (outcomes, elapsed, ns_per_tick) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..cfg.threads)
+            .map(|me| {
+                let cpu = cfg.pin.as_ref().map(|p| p[me]);
+                let (stop, start_line) = (&stop, &start_line);
+                s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_current_thread(cpu);
+                    }
+                    start_line.wait();
+                    let (mut rounds, mut hot_longest, mut cold_sum, mut cold_longest) =
+                        (0u64, 0u64, 0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        let t0 = ticks();
+                        hot.with(|v| {
+                            *v += 1;
+                            relax(hot_work);
+                        });
+                        let t1 = ticks();
+                        cold.with(|v| {
+                            *v += 1;
+                            relax(cold_work);
+                        });
+                        let t2 = ticks();
+                        hot_longest = hot_longest.max(t1.wrapping_sub(t0));
+                        let c = t2.wrapping_sub(t1);
+                        cold_sum += c;
+                        cold_longest = cold_longest.max(c);
+                        rounds += 1;
+                    }
+                    (rounds, hot_longest, cold_sum, cold_longest)
                 })
             })
             .collect();
         start_line.wait();
-        let start = Instant::now();
-        std::thread::sleep(duration);
+        let scale = TickScale::start();
+        std::thread::sleep(cfg.duration);
         stop.store(true, Ordering::Relaxed);
-        let per_thread: Vec<u64> = workers
+        let outcomes: Vec<(u64, u64, u64, u64)> = workers
             .into_iter()
             .map(|w| w.join().expect("benchmark thread panicked"))
             .collect();
-        (per_thread, start.elapsed())
+        (outcomes, scale.start.0.elapsed(), scale.ns_per_tick())
     });
-    let ops = per_thread.iter().sum();
-    let counted = lock.with(|v| *v);
-    Contended {
-        threads,
-        ops,
+    let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
+    let rounds: u64 = per_thread.iter().sum();
+    let to_dur = |t: u64| Duration::from_nanos((t as f64 * ns_per_tick) as u64);
+    let cold_sum: u64 = outcomes.iter().map(|o| o.2).sum();
+    let exact = hot.with(|v| *v) == rounds && cold.with(|v| *v) == rounds;
+    TwoLockResult {
+        rounds,
         elapsed,
         per_thread,
-        exact: counted == ops,
+        hot_longest: to_dur(outcomes.iter().map(|o| o.1).max().unwrap_or(0)),
+        cold_mean_ns: cold_sum as f64 * ns_per_tick / rounds.max(1) as f64,
+        cold_longest: to_dur(outcomes.iter().map(|o| o.3).max().unwrap_or(0)),
+        exact,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::{Api, Std};
+
+    #[test]
+    fn loops_mode_counts_exactly_and_times_the_last_thread() {
+        for layout in [Layout::Embedded, Layout::Standalone] {
+            let r = spin::<Api<ksync::spin::RawQSpinLock>>(&SpinConfig {
+                threads: 3,
+                mode: Mode::Loops {
+                    loops: 2000,
+                    limit: Duration::from_secs(30),
+                },
+                cs_work: 1,
+                layout,
+                pin: None,
+                wait_clock: true,
+            });
+            assert!(r.finished && r.exact);
+            assert_eq!(r.ops, 6000);
+            assert_eq!(r.competing.len(), 3);
+            assert!(r.first_done.unwrap() <= r.elapsed);
+            assert!(r.longest_wait.is_some());
+        }
+    }
+
+    #[test]
+    fn a_run_past_its_limit_stops_and_says_so() {
+        let r = spin::<Std>(&SpinConfig {
+            threads: 2,
+            mode: Mode::Loops {
+                loops: u64::MAX / 4,
+                limit: Duration::from_millis(20),
+            },
+            cs_work: 0,
+            layout: Layout::Embedded,
+            pin: None,
+            wait_clock: false,
+        });
+        assert!(!r.finished && r.exact);
+        assert!(r.first_done.is_none() && r.longest_wait.is_none());
+    }
+
+    #[test]
+    fn a_stat_lock_counts_every_acquisition_of_the_run() {
+        let r = spin::<crate::peers::StatApi<ksync::spin::RawQSpinLock>>(&SpinConfig {
+            threads: 2,
+            mode: Mode::Loops {
+                loops: 3000,
+                limit: Duration::from_secs(30),
+            },
+            cs_work: 0,
+            layout: Layout::Standalone,
+            pin: None,
+            wait_clock: false,
+        });
+        assert!(r.finished && r.exact);
+        let s = r.lock_stats.expect("a Stat lock has statistics");
+        // The final exactness check's acquisition is not counted.
+        assert_eq!(s.acquisitions(), 6000);
+        assert_eq!(s.wait_histogram.count(), s.contended());
+        // A bare lock has none.
+        let bare = spin::<Api<ksync::spin::RawQSpinLock>>(&SpinConfig {
+            threads: 1,
+            mode: Mode::Loops {
+                loops: 10,
+                limit: Duration::from_secs(30),
+            },
+            cs_work: 0,
+            layout: Layout::Embedded,
+            pin: None,
+            wait_clock: false,
+        });
+        assert!(bare.lock_stats.is_none());
+    }
+
+    #[test]
+    fn two_lock_mix_counts_both_locks() {
+        let r = two_lock::<Api<ksync::spin::RawTicketLock>>(&TwoLockConfig {
+            threads: 2,
+            duration: Duration::from_millis(20),
+            hot_work: 10,
+            cold_work: 1,
+            pin: None,
+        });
+        assert!(r.exact && r.rounds > 0);
     }
 }

@@ -1,11 +1,15 @@
-//! Smoke tests: every subcommand runs with tiny durations, and impossible
-//! requests fail with a clear message instead of a panic.
+//! Smoke tests: every subcommand runs with tiny durations, the output files
+//! round-trip, and impossible requests fail with a clear message instead of
+//! a panic. No test asserts performance: the machines are shared and noisy.
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn lab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ksync-lab"))
         .args(args)
+        // Never write into the source tree, whatever a test forgets.
+        .env("KSYNC_LAB_RESULTS", scratch("results"))
         .output()
         .expect("run ksync-lab")
 }
@@ -14,28 +18,49 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh path under the system's temporary folder.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ksync-lab-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = lab(args);
+    assert!(out.status.success(), "{args:?} failed: {out:?}");
+    assert!(!stderr(&out).contains("panicked"), "{args:?}: {out:?}");
+    stdout(&out)
+}
+
 #[test]
-fn list_names_every_lock() {
-    let out = lab(&["list"]);
-    assert!(out.status.success());
-    let text = stdout(&out);
+fn list_names_every_lock_and_mix() {
+    let text = ok(&["list"]);
     for name in [
         "tas",
         "ticket-auto-lock",
+        "ticket-fixed-250",
         "mcs",
         "qspin",
         "pv-qspin",
-        "parking_lot",
-        "pthread",
+        "parking_lot-fair",
+        "spin-ticket",
+        "pthread-spin",
+        "busted",
         "rwsem",
+        "spin-rwsem",
+        "wo",
     ] {
         assert!(text.contains(name), "list lacks {name}:\n{text}");
     }
 }
 
 #[test]
-fn uncontended_measures_and_compares_to_the_floor() {
-    let out = lab(&[
+fn uncontended_measures_and_repeats() {
+    let text = ok(&[
         "uncontended",
         "--locks",
         "qspin,cas-floor",
@@ -43,36 +68,131 @@ fn uncontended_measures_and_compares_to_the_floor() {
         "1000",
         "--rounds",
         "1",
+        "--repeat",
+        "3",
     ]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
     assert!(
         text.contains("| qspin") && text.contains("x cas-floor"),
         "{text}"
     );
+    // Median [min-max] once a point runs more than once.
+    assert!(text.contains('[') && text.contains(']'), "{text}");
 }
 
 #[test]
-fn spin_runs_oversubscribed_and_checks_exactness() {
+fn uncontended_shows_the_cost_of_lock_statistics() {
+    let text = ok(&[
+        "uncontended",
+        "--locks",
+        "qspin,qspin+stat,qspin+stat0,parking_lot,parking_lot+stat",
+        "--iters",
+        "1000",
+        "--rounds",
+        "1",
+    ]);
+    for needle in [
+        "x bare lock",
+        "qspin+stat / qspin = ",
+        "qspin+stat0 / qspin = ",
+        "parking_lot+stat / parking_lot = ",
+        "(target <= 1.3x",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    // Without a bare lock beside it, no ratio.
+    let alone = ok(&[
+        "uncontended",
+        "--locks",
+        "tas+stat",
+        "--iters",
+        "1000",
+        "--rounds",
+        "1",
+    ]);
+    assert!(
+        alone.contains("| tas+stat") && !alone.contains("x bare lock"),
+        "{alone}"
+    );
+    // The defaults stay the bare locks.
+    let list = ok(&["list"]);
+    assert!(
+        list.contains("qspin+stat") && list.contains("rwsem+stat"),
+        "{list}"
+    );
+}
+
+#[test]
+fn spin_lock_stats_wraps_ksync_locks_and_prints_their_statistics() {
+    let json = scratch("spin-lock-stats.json");
     let out = lab(&[
         "spin",
+        "--lock-stats",
         "--locks",
-        "pv-qspin,parking_lot",
+        "qspin,parking_lot",
         "--threads",
-        "1,8",
-        "--seconds",
-        "0.05",
+        "2",
+        "--loops",
+        "2000",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
-    assert!(text.contains("## 8 threads"), "{text}");
-    assert!(!text.contains("LOST UPDATES"), "{text}");
+    for needle in [
+        "| qspin+stat",
+        "| parking_lot ",
+        "### Lock statistics",
+        "qspin+stat:\nfree ",
+        "contentions",
+        "1/1000 cpu",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("free ")), "{text}");
+    // Only the wrapped lock has statistics.
+    assert!(!text.contains("parking_lot:\nfree"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let records = report["records"].as_array().unwrap();
+    let qspin = records
+        .iter()
+        .find(|r| r["lock"] == "qspin+stat")
+        .expect("a qspin+stat record");
+    assert_eq!(qspin["metrics"]["lockstat_acquisitions"], 4000.0);
+    for key in [
+        "lockstat_contended_fraction",
+        "lockstat_wait_avg_ns",
+        "lockstat_per_mille",
+    ] {
+        assert!(qspin["metrics"][key].is_number(), "{key}: {qspin}");
+    }
+    let peer = records.iter().find(|r| r["lock"] == "parking_lot").unwrap();
+    assert!(
+        peer["metrics"].get("lockstat_contended").is_none(),
+        "{peer}"
+    );
+
+    // A `+stat` entry named directly prints its statistics without the flag.
+    let named = ok(&[
+        "spin",
+        "--locks",
+        "tas+stat",
+        "--threads",
+        "1",
+        "--loops",
+        "1000",
+    ]);
+    assert!(
+        named.contains("tas+stat:\nfree 1000 contended 0 wait 0 avg 0 1/1000 cpu time 0"),
+        "{named}"
+    );
 }
 
 #[test]
-fn rwsem_runs_a_mix() {
-    let out = lab(&[
+fn rwsem_lock_stats_prints_reader_and_writer_rows() {
+    let text = ok(&[
         "rwsem",
+        "--lock-stats",
         "--mixes",
         "rw",
         "--locks",
@@ -80,13 +200,299 @@ fn rwsem_runs_a_mix() {
         "--seconds",
         "0.05",
     ]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    for needle in [
+        "| rwsem+stat",
+        "rwsem+stat:\nfree ",
+        "rwsem+stat-W",
+        "rwsem+stat-R",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    assert!(!text.contains("EXCLUSION FAILED"), "{text}");
+}
+
+#[test]
+fn spin_loops_mode_reports_elapsed_ms_and_waits() {
+    let text = ok(&[
+        "spin",
+        "--locks",
+        "qspin,pv-qspin,parking_lot",
+        "--threads",
+        "1,3",
+        "--loops",
+        "2000",
+        "--layout",
+        "both",
+        "--pin",
+        "spread",
+    ]);
+    for needle in [
+        "## 3 threads, 2000 rounds each, lock standalone",
+        "elapsed ms",
+        "longest wait us",
+        "Seed 001 view, lock embedded",
+        "pv-qspin lock events",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    assert!(!text.contains("LOST UPDATES"), "{text}");
+}
+
+#[test]
+fn spin_stops_a_run_past_its_time_limit() {
+    let text = ok(&[
+        "spin",
+        "--locks",
+        "ticket",
+        "--threads",
+        "6",
+        "--loops",
+        "100000000",
+        "--time-limit",
+        "0.2",
+    ]);
+    assert!(text.contains("DNF in 0.2 s"), "{text}");
+}
+
+#[test]
+fn spin_timed_mode_runs_oversubscribed() {
+    let text = ok(&[
+        "spin",
+        "--locks",
+        "pv-qspin,std",
+        "--threads",
+        "8",
+        "--seconds",
+        "0.05",
+        "--no-wait-clock",
+    ]);
     assert!(
-        text.contains("rwsem mix rw") && text.contains("reads taken"),
+        text.contains("## 8 threads, 0.05 s") && text.contains("Mops/s"),
         "{text}"
     );
+    assert!(!text.contains("longest wait"), "{text}");
+}
+
+#[test]
+fn rwsem_runs_mixes_and_lists_them() {
+    let text = ok(&[
+        "rwsem",
+        "--mixes",
+        "rw,r1",
+        "--locks",
+        "rwsem,std,spin",
+        "--seconds",
+        "0.05",
+    ]);
+    for needle in [
+        "rwsem mix rw",
+        "reads taken",
+        "writer share min-max",
+        "longest write wait ms",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
     assert!(!text.contains("EXCLUSION FAILED"), "{text}");
+    let mixes = ok(&["rwsem", "--list-mixes"]);
+    assert!(
+        mixes.contains("| wo ") && mixes.contains("interval us"),
+        "{mixes}"
+    );
+    let custom = ok(&[
+        "rwsem",
+        "--readers",
+        "2",
+        "--writers",
+        "1",
+        "--seconds",
+        "0.05",
+        "--locks",
+        "rwsem",
+    ]);
+    assert!(
+        custom.contains("mix custom: 2 readers, 1 writers"),
+        "{custom}"
+    );
+}
+
+#[test]
+fn backoff_runs_both_workloads() {
+    let text = ok(&[
+        "backoff",
+        "--locks",
+        "ticket,ticket-auto,ticket-auto-lock,spin-ticket",
+        "--threads",
+        "1,3",
+        "--seconds",
+        "0.05",
+    ]);
+    for needle in [
+        "One relax (PAUSE) takes",
+        "backoff, embedded lock",
+        "backoff, two-lock mix",
+        "cold mean ns",
+        "| ticket-auto-lock",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn torture_passes_real_locks_in_the_kernel_format() {
+    let text = ok(&[
+        "torture",
+        "--locks",
+        "qspin,parking_lot",
+        "--rw-locks",
+        "rwsem",
+        "--seconds",
+        "0.2",
+        "--stutter",
+        "0.05",
+        "--long-hold-ms",
+        "1",
+    ]);
+    assert!(text.contains("Writes:  Total: "), "{text}");
+    assert!(text.contains("Reads :  Total: "), "{text}");
+    assert!(text.contains("Fail: 0"), "{text}");
+    assert!(
+        text.contains("qspin-torture:--- End of test: SUCCESS"),
+        "{text}"
+    );
+    assert!(!text.contains("FAILURE"), "{text}");
+}
+
+#[test]
+fn torture_catches_the_busted_lock() {
+    let out = lab(&[
+        "torture",
+        "--locks",
+        "busted",
+        "--seconds",
+        "0.3",
+        "--stutter",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("busted-torture:--- End of test: FAILURE"),
+        "{text}"
+    );
+    assert!(text.contains("!!!"), "{text}");
+    assert!(stderr(&out).contains("torture FAILED"), "{out:?}");
+}
+
+#[test]
+fn compare_runs_quickly_and_ends_with_one_summary() {
+    let text = ok(&["compare", "--seconds", "0.02"]);
+    let summary = text
+        .split("## Summary")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary:\n{text}"));
+    for row in [
+        "uncontended lock + unlock",
+        "spin, 2 threads",
+        "backoff two-lock",
+        "rwsem wo",
+    ] {
+        assert!(summary.contains(row), "summary lacks {row}:\n{summary}");
+    }
+    assert!(
+        summary.contains("best peer") && summary.contains("| qspin"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn json_and_csv_round_trip_through_show() {
+    let json = scratch("spin.json");
+    let csv = scratch("spin.csv");
+    let csv_again = scratch("spin-again.csv");
+    let (json_s, csv_s, csv2_s) = (
+        json.to_str().unwrap(),
+        csv.to_str().unwrap(),
+        csv_again.to_str().unwrap(),
+    );
+    ok(&[
+        "--json",
+        json_s,
+        "--csv",
+        csv_s,
+        "spin",
+        "--locks",
+        "qspin,std",
+        "--threads",
+        "1,2",
+        "--loops",
+        "1000",
+        "--repeat",
+        "2",
+    ]);
+    let text = std::fs::read_to_string(&json).expect("json written");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(value["tool"], "ksync-lab");
+    assert_eq!(value["repeat"], 2);
+    assert!(value["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(value["machine"].get("sem_limits").is_some());
+    let records = value["records"].as_array().expect("records");
+    assert_eq!(
+        records.len(),
+        2 * 2 * 2,
+        "2 locks x 2 thread counts x 2 runs"
+    );
+    assert!(records[0]["metrics"]["elapsed_ms"].as_f64().unwrap() > 0.0);
+    let lines = std::fs::read_to_string(&csv).expect("csv written");
+    assert_eq!(lines.lines().count(), 1 + records.len());
+    assert!(lines.starts_with("experiment,workload,lock,ksync,threads,repeat,cpu,cores,kernel"));
+    // `show` parses the JSON back into the results model and writes the same CSV.
+    let shown = ok(&["show", json_s, "--csv", csv2_s]);
+    assert!(
+        shown.contains("| spin") && shown.contains("qspin"),
+        "{shown}"
+    );
+    assert_eq!(std::fs::read_to_string(&csv_again).unwrap(), lines);
+}
+
+#[test]
+fn plots_are_drawn_as_svg_and_png() {
+    for name in ["spin.svg", "spin.png"] {
+        let path = scratch(name);
+        ok(&[
+            "spin",
+            "--locks",
+            "qspin,parking_lot",
+            "--threads",
+            "1,2",
+            "--loops",
+            "1000",
+            "--plot",
+            path.to_str().unwrap(),
+        ]);
+        let bytes = std::fs::read(&path).expect("plot written");
+        if name.ends_with(".png") {
+            assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+        } else {
+            let svg = String::from_utf8_lossy(&bytes);
+            assert!(svg.contains("<svg") && svg.contains("qspin"), "{svg}");
+        }
+    }
+}
+
+#[test]
+fn relative_outputs_go_to_the_results_folder() {
+    ok(&[
+        "--json",
+        "rel.json",
+        "uncontended",
+        "--locks",
+        "qspin",
+        "--iters",
+        "100",
+        "--rounds",
+        "1",
+    ]);
+    assert!(scratch("results").join("rel.json").exists());
 }
 
 #[test]
@@ -95,8 +501,22 @@ fn impossible_requests_fail_cleanly() {
         &["spin", "--locks", "no-such-lock"][..],
         &["spin", "--threads", "0"],
         &["spin", "--seconds", "0"],
+        &["spin", "--loops", "0"],
+        &["spin", "--time-limit", "-1"],
+        &["spin", "--pin", "99999"],
+        &["spin", "--pin", "banana"],
         &["rwsem", "--mixes", "zz"],
         &["rwsem", "--locks", "nope"],
+        &["rwsem", "--readers", "0", "--writers", "0"],
+        &["backoff", "--threads", "0"],
+        &["backoff", "--locks", "nope"],
+        &["torture", "--locks", "nope"],
+        &["torture", "--writers", "0"],
+        &["torture", "--seconds", "nan"],
+        &["uncontended", "--iters", "0"],
+        &["--repeat", "0", "list"],
+        &["--plot", "out.pdf", "list"],
+        &["show", "/no/such/report.json"],
     ] {
         let out = lab(args);
         assert_eq!(
@@ -104,8 +524,11 @@ fn impossible_requests_fail_cleanly() {
             Some(2),
             "{args:?} should fail with 2: {out:?}"
         );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.starts_with("ksync-lab: "), "{args:?}: {err}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("ksync-lab: ") || err.starts_with("error: "),
+            "{args:?}: {err}"
+        );
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
