@@ -35,6 +35,7 @@
 
 use crate::affinity::{allowed_cpus, pin_current_thread as pin_current_thread_to};
 use crate::report::{Lab, Measured, Record, SummaryRow};
+use ksync::stat::LockStatSnapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -204,7 +205,7 @@ pub struct Outcome {
     pub counters: Option<SetCounters>,
     /// ksync only: the sets' lock statistics over the run (seed 000's
     /// instrumented array lock is the global one).
-    pub lock_stats: Option<ksync::sem::SemLockStats>,
+    pub lock_stats: Option<LockStatSnapshot>,
     /// Workers that could not be bound to their CPU.
     pub unbound: usize,
 }
@@ -267,13 +268,9 @@ impl Outcome {
             // Manfred's debug lines (seed 000), times in ns instead of cycles.
             lines.push(format!(
                 "array lock: lifetime {:.0} seconds",
-                stats.global.elapsed_ns as f64 / 1e9
+                stats.elapsed_ns as f64 / 1e9
             ));
-            lines.push(stats.global.seed_line());
-            lines.push(format!(
-                "semaphore locks (summed): {}",
-                stats.semaphores.seed_line()
-            ));
+            lines.push(stats.seed_line());
         }
         if self.unbound > 0 {
             lines.push(format!(
@@ -333,7 +330,7 @@ trait Backend: Sync {
     fn reset_lock_stats(&self) {}
 
     /// ksync only: the sets' lock statistics, summed over the arrays.
-    fn lock_stats(&self) -> Option<ksync::sem::SemLockStats> {
+    fn lock_stats(&self) -> Option<LockStatSnapshot> {
         None
     }
 
@@ -847,14 +844,11 @@ impl Backend for Ksync {
             .for_each(ksync::sem::SemSet::reset_lock_stats);
     }
 
-    fn lock_stats(&self) -> Option<ksync::sem::SemLockStats> {
-        let mut stats = self.sets.iter().map(ksync::sem::SemSet::lock_stats);
-        let first = stats.next()?;
-        Some(stats.fold(first, |mut sum, s| {
-            sum.global.merge(&s.global);
-            sum.semaphores.merge(&s.semaphores);
-            sum
-        }))
+    fn lock_stats(&self) -> Option<LockStatSnapshot> {
+        self.sets
+            .iter()
+            .map(ksync::sem::SemSet::lock_stats)
+            .reduce(|sum, s| sum.merged(&s))
     }
 
     fn counters(&self) -> Option<SetCounters> {

@@ -55,8 +55,8 @@
 //!
 //! [`SemCounters`] show the work: operation attempts, list entries visited,
 //! wake-ups, and how many of those needed a futex call. [`SemSet::lock_stats`]
-//! shows the locks themselves (free, contended, wait), as seed 000 measured
-//! the kernel's array lock. The statistics cost about 0.7 KiB per semaphore.
+//! shows the global lock itself (free, contended, wait), as seed 000
+//! measured the kernel's array lock.
 //!
 //! # Differences from the kernel
 //!
@@ -78,8 +78,6 @@ mod undo;
 pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
-#[cfg(not(loom))]
-pub use set::SemLockStats;
 pub use set::{SemCounters, SemSet, SemStat};
 pub use undo::SemUndo;
 

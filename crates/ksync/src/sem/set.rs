@@ -64,16 +64,19 @@ use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 /// per-semaphore mode after a single global unlock.
 const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
 
-/// The lock type of the set's locks: instrumented, so a set can report the
-/// seed's free / contended / wait figures for its own locks.
+/// The global (array) lock, instrumented: seed 000 found its answer by
+/// counting this lock's free and contended acquisitions. Per-semaphore locks
+/// stay bare, because a statistics block (about 0.7 KiB) per semaphore would
+/// push a large set out of the cache.
 #[cfg(not(loom))]
-type ArrayLock = crate::stat::Stat<RawSemLock>;
+type GlobalLock = crate::stat::Stat<RawSemLock>;
 /// Under loom the bare lock: the statistics are not part of the protocol.
 #[cfg(loom)]
-type ArrayLock = RawSemLock;
-type LockGuard = <ArrayLock as RawMutex>::Guard;
+type GlobalLock = RawSemLock;
+type GlobalGuard = <GlobalLock as RawMutex>::Guard;
+type SemGuard = <RawSemLock as RawMutex>::Guard;
 
-fn new_lock() -> ArrayLock {
+fn new_global_lock() -> GlobalLock {
     #[cfg(not(loom))]
     {
         let lock = crate::stat::Stat::new(RawSemLock::new());
@@ -84,24 +87,24 @@ fn new_lock() -> ArrayLock {
     RawSemLock::new()
 }
 
-fn acquire(lock: &ArrayLock) -> LockGuard {
-    RawMutex::lock(lock)
+fn acquire<L: RawMutex>(lock: &L) -> L::Guard {
+    lock.lock()
 }
 
 /// # Safety
 ///
 /// `guard` came from [`acquire`] on this `lock`.
-unsafe fn release(lock: &ArrayLock, guard: LockGuard) {
+unsafe fn release<L: RawMutex>(lock: &L, guard: L::Guard) {
     // SAFETY: per the caller's contract.
-    unsafe { RawMutex::unlock(lock, guard) }
+    unsafe { lock.unlock(guard) }
 }
 
 /// Which of the set's locks the caller holds.
 pub(super) enum Held {
     /// Semaphore `.0`'s own lock, in per-semaphore mode.
-    Sem(usize, LockGuard),
+    Sem(usize, SemGuard),
     /// The global lock, in global mode.
-    Global(LockGuard),
+    Global(GlobalGuard),
 }
 
 impl Held {
@@ -160,17 +163,6 @@ pub struct SemCounters {
     pub futex_wakes: u64,
 }
 
-/// The statistics of a set's locks, from [`SemSet::lock_stats`].
-#[cfg(not(loom))]
-#[derive(Clone, Debug, PartialEq)]
-pub struct SemLockStats {
-    /// The global (array) lock: complex operations, control calls, and
-    /// single operations while the set is in global mode.
-    pub global: crate::stat::LockStatSnapshot,
-    /// All per-semaphore locks, summed.
-    pub semaphores: crate::stat::LockStatSnapshot,
-}
-
 /// What `IPC_STAT` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SemStat {
@@ -203,9 +195,8 @@ const GLOBAL: u32 = 1 << 18;
 /// The set was removed.
 const REMOVED: u32 = 1 << 19;
 
-/// One semaphore, alone on its cache lines (seed 000's third patch). The
-/// fields a single operation touches come first, on one line; the lock and
-/// its statistics follow.
+/// One semaphore, alone on its cache line (seed 000's third patch). The
+/// fields a single operation touches come first.
 #[repr(C)]
 struct Sem {
     /// The value (low 16 bits) and the flags above. A single operation with
@@ -220,12 +211,12 @@ struct Sem {
     otime: CounterU64,
     lists: UnsafeCell<SemLists>,
     counters: Counters,
-    lock: ArrayLock,
+    lock: RawSemLock,
 }
 
 /// State only the global lock protects.
 struct Global {
-    lock: ArrayLock,
+    lock: GlobalLock,
     /// Sleeping complex operations (the kernel's `complex_count`).
     complex_count: AtomicU32,
     /// Blocked complex alter operations, and every blocked alter operation
@@ -595,6 +586,7 @@ impl SetShared {
     /// removed, and no `SEM_UNDO`. Then the operation is one compare-and-swap
     /// on the value (acquire and release, like a lock) and can neither enable
     /// nor disturb anybody. `None`: take the locked path.
+    #[inline]
     fn try_lock_free(&self, sop: &SemBuf) -> Option<Result<(), SemError>> {
         let num = usize::from(sop.num);
         if sop.flags & SEM_UNDO != 0 || num >= self.nsems() {
@@ -1124,7 +1116,7 @@ impl SemSet {
         let sems = (0..nsems)
             .map(|_| {
                 CachePadded::new(Sem {
-                    lock: new_lock(),
+                    lock: RawSemLock::new(),
                     // A new set starts in global mode.
                     word: AtomicU32::new(GLOBAL),
                     pid: AtomicI32::new(0),
@@ -1141,7 +1133,7 @@ impl SemSet {
                 deleted: AtomicBool::new(false),
             }),
             global: CachePadded::new(Global {
-                lock: new_lock(),
+                lock: new_global_lock(),
                 complex_count: AtomicU32::new(0),
                 alter: UnsafeCell::new(WaitList::new()),
                 zero: UnsafeCell::new(WaitList::new()),
@@ -1163,7 +1155,13 @@ impl SemSet {
 
     /// Performs `sops` atomically, blocking until that is possible, like
     /// `semop(2)`. `SEM_UNDO` needs [`semop_undo`](Self::semop_undo).
+    #[inline]
     pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
+        if let [sop] = sops {
+            if let Some(done) = self.shared.try_lock_free(sop) {
+                return done;
+            }
+        }
         self.op(sops, None, None)
     }
 
@@ -1421,27 +1419,22 @@ impl SemSet {
         Ok(())
     }
 
-    /// Statistics of the set's own locks (see [`crate::stat`]): the global
-    /// lock, and every per-semaphore lock summed. The global one is the
-    /// kernel's array lock that seed 000 instrumented; print its
+    /// Statistics of the set's global (array) lock, the lock seed 000
+    /// instrumented in the kernel: complex operations, control calls, and
+    /// single operations while the set is in global mode take it (lock-free
+    /// and per-semaphore operations do not). Print its
     /// [`seed_line`](crate::stat::LockStatSnapshot::seed_line) for the seed's
     /// `free F contended C wait W avg A 1/1000 cpu time P`.
     #[cfg(not(loom))]
-    pub fn lock_stats(&self) -> SemLockStats {
-        let set = &*self.shared;
-        SemLockStats {
-            global: set.global.lock.snapshot(),
-            semaphores: set.sems.iter().map(|s| s.lock.snapshot()).sum(),
-        }
+    pub fn lock_stats(&self) -> crate::stat::LockStatSnapshot {
+        self.shared.global.lock.snapshot()
     }
 
     /// Zeroes the lock statistics and restarts their time window, so a
     /// benchmark can measure one phase.
     #[cfg(not(loom))]
     pub fn reset_lock_stats(&self) {
-        let set = &*self.shared;
-        set.global.lock.reset();
-        set.sems.iter().for_each(|s| s.lock.reset());
+        self.shared.global.lock.reset();
     }
 
     /// How much work the set's wakers did since it was created.
