@@ -22,6 +22,7 @@ mod rwsem;
 mod sembench;
 mod semop;
 mod spinbench;
+mod sysv;
 mod table;
 mod torture;
 mod wake;

@@ -35,6 +35,7 @@
 
 use crate::affinity::{allowed_cpus, pin_current_thread as pin_current_thread_to};
 use crate::report::{Lab, Measured, Record, SummaryRow};
+use crate::sysv::SysvSet;
 use ksync::stat::LockStatSnapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -677,67 +678,16 @@ fn shutdown<B: Backend>(
 
 /// The kernel's SysV semaphores: one array of 250 per 250 workers.
 struct Ipc {
-    ids: Vec<libc::c_int>,
+    sets: Vec<SysvSet>,
 }
 
 impl Ipc {
     fn new(arrays: usize) -> Result<Ipc, String> {
-        let mut ipc = Ipc {
-            ids: Vec::with_capacity(arrays),
-        };
-        for _ in 0..arrays {
-            // SAFETY: semget takes no pointers.
-            let id = unsafe {
-                libc::semget(
-                    libc::IPC_PRIVATE,
-                    SEMS_PER_ARRAY as libc::c_int,
-                    libc::IPC_CREAT | 0o600,
-                )
-            };
-            if id < 0 {
-                let e = std::io::Error::last_os_error();
-                // `ipc` drops here and removes the arrays made so far.
-                return Err(format!(
-                    "semget of {SEMS_PER_ARRAY} semaphores failed: {e} \
-                     (limits in /proc/sys/kernel/sem: SEMMSL SEMMNS SEMOPM SEMMNI)"
-                ));
-            }
-            ipc.ids.push(id);
-        }
-        Ok(ipc)
-    }
-}
-
-impl Drop for Ipc {
-    fn drop(&mut self) {
-        for &id in &self.ids {
-            // SAFETY: IPC_RMID takes no argument; a stale id just fails.
-            unsafe { libc::semctl(id, 0, libc::IPC_RMID) };
-        }
-    }
-}
-
-/// `semtimedop(id, sops, NULL)`, retried when a signal interrupts it.
-pub(crate) fn semtimedop(id: libc::c_int, sops: &mut [libc::sembuf]) -> std::io::Result<()> {
-    loop {
-        // SAFETY: `sops` is a valid array of `sops.len()` sembufs; a null
-        // timeout means wait without limit.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_semtimedop,
-                id,
-                sops.as_mut_ptr(),
-                sops.len(),
-                std::ptr::null::<libc::timespec>(),
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
+        // On an error the sets made so far drop and are removed.
+        let sets = (0..arrays)
+            .map(|_| SysvSet::new(SEMS_PER_ARRAY))
+            .collect::<Result<_, _>>()?;
+        Ok(Ipc { sets })
     }
 }
 
@@ -749,7 +699,9 @@ impl Backend for Ipc {
             sem_op: -1,
             sem_flg: 0,
         }];
-        semtimedop(self.ids[slot.array as usize], &mut op).map_err(|e| format!("semtimedop: {e}"))
+        self.sets[slot.array as usize]
+            .op(&mut op)
+            .map_err(|e| format!("semtimedop: {e}"))
     }
 
     fn post(&self, slots: &[Slot], array: usize, workers: &[u32]) -> Result<(), String> {
@@ -761,15 +713,13 @@ impl Backend for Ipc {
         for (op, &w) in ops.iter_mut().zip(workers) {
             op.sem_num = slots[w as usize].index as u16;
         }
-        semtimedop(self.ids[array], &mut ops[..workers.len()])
+        self.sets[array]
+            .op(&mut ops[..workers.len()])
             .map_err(|e| format!("posting semtimedop of {} sops: {e}", workers.len()))
     }
 
     fn release_all(&self, _slots: &[Slot]) {
-        for &id in &self.ids {
-            // SAFETY: as in Drop.
-            unsafe { libc::semctl(id, 0, libc::IPC_RMID) };
-        }
+        self.sets.iter().for_each(SysvSet::remove);
     }
 
     fn calls_per_post(&self, _n: usize) -> u64 {

@@ -13,6 +13,7 @@ use clap::Parser;
 use ksync::sem::{SemBuf, SemSet};
 
 use crate::report::{Lab, Record};
+use crate::sysv::SysvSet;
 use crate::table::Table;
 
 #[derive(Parser, Debug, Clone)]
@@ -31,36 +32,6 @@ const BACKENDS: [&str; 3] = ["ksync", "ipc", "posix"];
 /// Pairs the kernel's backend runs, relative to the others: a system call
 /// costs about a hundred times a compare-and-swap.
 const KERNEL_SHARE: u64 = 50;
-
-/// A kernel SysV set of `n` semaphores, removed when dropped.
-struct KernelSet(libc::c_int);
-
-impl KernelSet {
-    fn new(n: libc::c_int) -> Result<Self, String> {
-        // SAFETY: plain system call; the result is checked.
-        let id = unsafe { libc::semget(libc::IPC_PRIVATE, n, 0o600 | libc::IPC_CREAT) };
-        if id < 0 {
-            return Err(format!(
-                "semget failed ({}): is SysV IPC available?",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(KernelSet(id))
-    }
-
-    fn op(&self, sops: &mut [libc::sembuf]) {
-        // SAFETY: `sops` is a valid array of its length.
-        let rc = unsafe { libc::semop(self.0, sops.as_mut_ptr(), sops.len()) };
-        debug_assert_eq!(rc, 0);
-    }
-}
-
-impl Drop for KernelSet {
-    fn drop(&mut self) {
-        // SAFETY: removes our own set; errors are irrelevant at this point.
-        unsafe { libc::semctl(self.0, 0, libc::IPC_RMID) };
-    }
-}
 
 fn sembuf(num: u16, op: i16) -> libc::sembuf {
     libc::sembuf {
@@ -105,13 +76,13 @@ fn measure(backend: &str, sems: u16, iters: u64, rounds: u32) -> Result<f64, Str
             }))
         }
         "ipc" => {
-            let set = KernelSet::new(libc::c_int::from(sems))?;
+            let set = SysvSet::new(usize::from(sems))?;
             let mut down: Vec<_> = (0..sems).map(|n| sembuf(n, -1)).collect();
             let mut up: Vec<_> = (0..sems).map(|n| sembuf(n, 1)).collect();
-            set.op(&mut up);
+            set.op(&mut up).map_err(|e| e.to_string())?;
             Ok(best_ns((iters / KERNEL_SHARE).max(1), rounds, || {
-                set.op(&mut down);
-                set.op(&mut up);
+                let done = set.op(&mut down).and_then(|()| set.op(&mut up));
+                debug_assert!(done.is_ok());
             }))
         }
         "posix" if sems == 1 => {

@@ -25,6 +25,7 @@
 
 use crate::report::{Lab, Measured, Record};
 use crate::sembench::{Crew, SetCounters};
+use crate::sysv::SysvSet;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,43 +66,11 @@ trait Sem: Sync + Sized {
 }
 
 /// The kernel's SysV semaphores.
-struct Ipc {
-    id: libc::c_int,
-}
-
-impl Ipc {
-    fn ctl(&self, num: usize, cmd: libc::c_int, arg: libc::c_ulong) -> Result<libc::c_int, String> {
-        // SAFETY: for the commands used here the variadic argument is either
-        // ignored, an int (SETVAL) or a pointer to nsems u16 (SETALL) that
-        // the caller passes as `arg` and keeps alive.
-        let rc = unsafe { libc::semctl(self.id, num as libc::c_int, cmd, arg) };
-        if rc < 0 {
-            return Err(format!(
-                "semctl({cmd}): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(rc)
-    }
-}
+struct Ipc(SysvSet);
 
 impl Sem for Ipc {
     fn create(nsems: usize) -> Result<Self, String> {
-        // SAFETY: semget takes no pointers.
-        let id = unsafe {
-            libc::semget(
-                libc::IPC_PRIVATE,
-                nsems as libc::c_int,
-                libc::IPC_CREAT | 0o600,
-            )
-        };
-        if id < 0 {
-            return Err(format!(
-                "semget of {nsems} semaphores: {} (limits in /proc/sys/kernel/sem)",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Ipc { id })
+        SysvSet::new(nsems).map(Ipc)
     }
 
     fn op(&self, sops: &[(u16, i16)]) -> Result<(), OpError> {
@@ -113,39 +82,39 @@ impl Sem for Ipc {
                 sem_flg: 0,
             })
             .collect();
-        crate::sembench::semtimedop(self.id, &mut bufs).map_err(|e| match e.raw_os_error() {
+        self.0.op(&mut bufs).map_err(|e| match e.raw_os_error() {
             Some(libc::EIDRM) | Some(libc::EINVAL) => OpError::Removed,
             _ => OpError::Other(format!("semtimedop: {e}")),
         })
     }
 
     fn ncnt(&self, num: usize) -> Result<usize, String> {
-        self.ctl(num, libc::GETNCNT, 0).map(|n| n as usize)
+        // SAFETY: GETNCNT takes no argument.
+        unsafe { self.0.ctl(num, libc::GETNCNT, 0) }.map(|n| n as usize)
     }
 
     fn value(&self, num: usize) -> Result<i32, String> {
-        self.ctl(num, libc::GETVAL, 0)
+        // SAFETY: GETVAL takes no argument.
+        unsafe { self.0.ctl(num, libc::GETVAL, 0) }
     }
 
     fn set_value(&self, num: usize, value: i32) -> Result<(), String> {
-        self.ctl(num, libc::SETVAL, value as libc::c_ulong)
-            .map(drop)
+        // SAFETY: SETVAL takes an int.
+        unsafe { self.0.ctl(num, libc::SETVAL, value as libc::c_ulong) }.map(drop)
     }
 
     fn set_all(&self, values: &[u16]) -> Result<(), String> {
-        self.ctl(0, libc::SETALL, values.as_ptr() as libc::c_ulong)
-            .map(drop)
+        // SAFETY: `values` holds one u16 per semaphore (the caller made the
+        // set that size) and outlives the call.
+        unsafe {
+            self.0
+                .ctl(0, libc::SETALL, values.as_ptr() as libc::c_ulong)
+        }
+        .map(drop)
     }
 
     fn remove(&self) {
-        // SAFETY: IPC_RMID takes no argument; a second removal just fails.
-        unsafe { libc::semctl(self.id, 0, libc::IPC_RMID) };
-    }
-}
-
-impl Drop for Ipc {
-    fn drop(&mut self) {
-        self.remove();
+        self.0.remove();
     }
 }
 

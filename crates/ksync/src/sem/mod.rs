@@ -42,14 +42,24 @@
 //! * **Hot state on its own cache line** (seed 000): each semaphore (lock,
 //!   value, lists) has its own line; the mode word everyone reads is apart
 //!   from the global lock everyone writes.
-//! * **Sleepers that spin before they sleep** (`queue.rs`): the one thing the
-//!   kernel does cheaper than user space is a bulk wake-up: it wakes 64 tasks
-//!   inside one system call, while a futex-based set pays one `FUTEX_WAKE`
-//!   per sleeper. So a blocked caller first polls its status word for a few
-//!   microseconds ([`set_sleeper_spin`]) and only then sleeps; a waker only
-//!   makes a futex call for a sleeper that really went to sleep. When the
-//!   wake-up comes while the sleeper still polls, neither side enters the
-//!   kernel at all.
+//! * **Lock-free single operations**: a single operation on a semaphore
+//!   nobody waits on is one compare-and-swap on a word that holds the value
+//!   and the flags every locked path sets first (`set.rs`).
+//! * **Bulk wake-ups in one system call**: the one thing the kernel does
+//!   cheaper than user space is waking many sleepers: it wakes 64 tasks
+//!   inside one `semop`, while a futex-based set pays one `FUTEX_WAKE` per
+//!   sleeper, and every local wake-up preempts the poster at the call's exit.
+//!   ksync submits all of a call's wake-ups with one `io_uring_enter`
+//!   (`IORING_OP_FUTEX_WAKE`, Linux 6.7), falling back to one `FUTEX_WAKE`
+//!   each where io_uring is missing or `KSYNC_NO_IO_URING=1` is set. In
+//!   sembench with 250 workers on 2 CPUs that takes ksync from 0.53x to about
+//!   0.85x the kernel's throughput; the rest is one context switch per
+//!   wake-up, which both pay (BENCHMARKS.md).
+//! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
+//!   first polls its status word, for a budget each thread learns
+//!   ([`set_sleeper_spin`]), and only then sleeps; a waker only makes a futex
+//!   call for a sleeper that really went to sleep. When the wake-up comes
+//!   while the sleeper still polls, neither side enters the kernel at all.
 //! * **A sleeping lock** ([`RawSemLock`]): threads usually outnumber cores,
 //!   and a preempted spinlock holder would stall everyone.
 //!

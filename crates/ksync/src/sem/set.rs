@@ -15,6 +15,17 @@
 //! pairs with that acquire load, so the next per-semaphore holder sees
 //! everything the global holders did.
 //!
+//! A single operation without `SEM_UNDO` on a semaphore nobody waits on takes
+//! no lock at all: the value shares a word with four flags (`HELD`: a
+//! per-semaphore holder is at work; `SLEEPERS`: its lists are not empty;
+//! `GLOBAL`: the set is in global mode; `REMOVED`), and with all four clear
+//! the operation is one compare-and-swap. Such an operation can neither
+//! enable nor disturb anybody. A per-semaphore holder sets `HELD` right after
+//! taking the lock; entering global mode sets `GLOBAL` on every semaphore in
+//! the same pass that waits out their holders; each clears its flag (and
+//! recomputes `SLEEPERS`) with a release store when it is done. So under a
+//! lock the value can still be read and written with plain loads and stores.
+//!
 //! So a semaphore's value, undo adjustments and wait lists are protected by
 //! its own lock in per-semaphore mode and by the global lock in global mode;
 //! the global wait lists and `complex_count` only by the global lock (they
