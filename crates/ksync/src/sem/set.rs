@@ -26,7 +26,7 @@
 //! recomputes `SLEEPERS`) with a release store when it is done. So under a
 //! lock the value can still be read and written with plain loads and stores.
 //!
-//! So a semaphore's value, undo adjustments and wait lists are protected by
+//! In short, a semaphore's value, undo adjustments and wait lists are protected by
 //! its own lock in per-semaphore mode and by the global lock in global mode;
 //! the global wait lists and `complex_count` only by the global lock (they
 //! are empty in per-semaphore mode: a sleeping complex operation keeps the
@@ -50,8 +50,9 @@
 //! `-1` may bypass an earlier `-2`), exactly as the kernel does. After a
 //! completion the kernel restarts a global-list scan from the head; we
 //! restart only when an entry already skipped could have become runnable
-//! (the completed operation incremented something, or something skipped waits
-//! for a value to reach zero or a value it can reach by decrements). Without
+//! (the completed operation incremented something; or it decremented
+//! something and a skipped entry waits for a value to reach zero; or it
+//! changed an undo adjustment and a skipped entry has one). Without
 //! that, waking N complex sleepers in reverse order of arrival costs N²
 //! evaluations (seed 000's first patch); with it, a bulk wake is O(N).
 
