@@ -1167,13 +1167,7 @@ impl SemSet {
 
     /// Performs `sops` atomically, blocking until that is possible, like
     /// `semop(2)`. `SEM_UNDO` needs [`semop_undo`](Self::semop_undo).
-    #[inline]
     pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
-        if let [sop] = sops {
-            if let Some(done) = self.shared.try_lock_free(sop) {
-                return done;
-            }
-        }
         self.op(sops, None, None)
     }
 
