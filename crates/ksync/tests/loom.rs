@@ -3,6 +3,8 @@
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 
+#[path = "loom/exclusion.rs"]
+mod exclusion;
 #[path = "loom/mcs.rs"]
 mod mcs;
 #[path = "loom/pv.rs"]

@@ -7,9 +7,8 @@
 //! hysteresis is 10), sleepers park at once instead of polling, and a timed
 //! futex wait times out as soon as it would sleep.
 
+use crate::exclusion::increments;
 use ksync::sem::{RawSemLock, SemBuf, SemError, SemSet};
-use lock_api::RawMutex;
-use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -20,53 +19,16 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     model.check(f);
 }
 
-struct Shared {
-    lock: RawSemLock,
-    value: UnsafeCell<u32>,
-}
-
-// SAFETY: `value` is only accessed with `lock` held; loom's UnsafeCell
-// reports any access the lock fails to order.
-unsafe impl Sync for Shared {}
-
-fn increment(shared: &Shared) {
-    let guard = shared.lock.lock();
-    // SAFETY: the lock is held.
-    shared.value.with_mut(|v| unsafe { *v += 1 });
-    // SAFETY: `guard` came from `lock()` above.
-    unsafe { shared.lock.unlock(guard) };
-}
-
-fn semlock_increments(threads: usize) {
-    model(move || {
-        let shared = Arc::new(Shared {
-            lock: RawSemLock::new(),
-            value: UnsafeCell::new(0),
-        });
-        let handles: Vec<_> = (1..threads)
-            .map(|_| {
-                let shared = Arc::clone(&shared);
-                loom::thread::spawn(move || increment(&shared))
-            })
-            .collect();
-        increment(&shared);
-        handles.into_iter().for_each(|h| h.join().unwrap());
-        // SAFETY: every thread has been joined.
-        assert_eq!(shared.value.with(|v| unsafe { *v }), threads as u32);
-        assert!(!shared.lock.is_locked());
-    });
-}
-
 #[test]
 fn semlock_two_threads() {
-    semlock_increments(2);
+    increments(RawSemLock::new, 2, false);
 }
 
 /// Three threads: the third makes the lock word reach "contended" while a
 /// sleeper is already queued, which is where a lost wake-up would hide.
 #[test]
 fn semlock_three_threads() {
-    semlock_increments(3);
+    increments(RawSemLock::new, 3, false);
 }
 
 fn op(num: u16, op: i16) -> [SemBuf; 1] {
