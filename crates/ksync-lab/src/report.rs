@@ -133,7 +133,7 @@ pub fn lock_stats_text(stats: &[(String, LockStatSnapshot)], what: &str) -> Stri
     }
     let mut out = format!("\n### Lock statistics ({what})\n\n");
     for (name, s) in stats {
-        let _ = writeln!(out, "{name}:\n{}", s.seed_line());
+        let _ = writeln!(out, "{name}:\n{}", s.summary_line());
     }
     out.push('\n');
     out.push_str(&ksync::stat::Report::from_snapshots(stats.iter().cloned()).table());

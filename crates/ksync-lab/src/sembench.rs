@@ -271,7 +271,7 @@ impl Outcome {
                 "array lock: lifetime {:.0} seconds",
                 stats.elapsed_ns as f64 / 1e9
             ));
-            lines.push(stats.seed_line());
+            lines.push(stats.summary_line());
         }
         if self.unbound > 0 {
             lines.push(format!(

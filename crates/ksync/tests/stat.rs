@@ -547,7 +547,7 @@ fn per_mille_is_the_seeds_formula() {
         u128::from(s.wait_total_ns()) * 1000 / (u128::from(s.elapsed_ns) * u128::from(s.cpus));
     assert_eq!(u128::from(s.per_mille()), expect);
     assert!(s.per_mille() <= 1000 / u64::from(s.cpus));
-    let line = s.seed_line();
+    let line = s.summary_line();
     assert_eq!(
         line,
         format!(
@@ -740,7 +740,7 @@ fn the_table_looks_like_lock_stat() {
     assert_eq!((r[0].as_str(), r[4].as_str()), ("1", "1"));
     assert_eq!(report.to_string(), table);
 
-    let lines = report.seed_lines();
+    let lines = report.summary_lines();
     let line = lines.lines().find(|l| l.starts_with("rwsem: ")).unwrap();
     let words: Vec<&str> = line["rwsem: ".len()..].split(' ').collect();
     assert_eq!(words.len(), 12);

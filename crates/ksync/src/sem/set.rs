@@ -1429,7 +1429,7 @@ impl SemSet {
     /// instrumented in the kernel: complex operations, control calls, and
     /// single operations while the set is in global mode take it (lock-free
     /// and per-semaphore operations do not). Print its
-    /// [`seed_line`](crate::stat::LockStatSnapshot::seed_line) for the seed's
+    /// [`summary_line`](crate::stat::LockStatSnapshot::summary_line) for the seed's
     /// `free F contended C wait W avg A 1/1000 cpu time P`.
     #[cfg(not(loom))]
     pub fn lock_stats(&self) -> crate::stat::LockStatSnapshot {

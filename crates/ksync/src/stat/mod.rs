@@ -41,7 +41,7 @@
 //! assert_eq!(counter.acquisitions(), 2000);
 //! assert_eq!(counter.wait_histogram.count(), counter.contended());
 //! println!("{report}"); // the lock_stat-like table
-//! println!("{}", counter.seed_line()); // free F contended C wait W avg A 1/1000 cpu time P
+//! println!("{}", counter.summary_line()); // free F contended C wait W avg A 1/1000 cpu time P
 //! ```
 //!
 //! # What it costs

@@ -258,7 +258,7 @@ pub struct ReportRow {
 
 /// Statistics of named locks, printable as a table ([`table`](Self::table),
 /// also `Display`), as JSON ([`to_json`](Self::to_json)) or in the seed's
-/// one-line form ([`seed_lines`](Self::seed_lines)).
+/// one-line form ([`summary_lines`](Self::summary_lines)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Report {
@@ -305,10 +305,10 @@ impl Report {
 
     /// The seed's form, one line per row: `NAME: free F contended C wait W
     /// avg A 1/1000 cpu time P` (times in nanoseconds).
-    pub fn seed_lines(&self) -> String {
+    pub fn summary_lines(&self) -> String {
         let mut out = String::new();
         for row in &self.rows {
-            let _ = writeln!(out, "{}: {}", row.name, row.stats.seed_line());
+            let _ = writeln!(out, "{}: {}", row.name, row.stats.summary_line());
         }
         out
     }

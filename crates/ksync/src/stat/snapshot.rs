@@ -264,11 +264,13 @@ impl LockStatSnapshot {
         self
     }
 
-    /// The seed's one-line summary,
+    /// The one-line summary in the format of the lock-statistics patch in
+    /// Manfred Spraul's "ipc/sem.c: Optimization for reducing spinlock
+    /// contention" (LKML, April 2010),
     /// `free F contended C wait W avg A 1/1000 cpu time P`, with `W` and `A`
     /// in nanoseconds (the kernel patch printed TSC cycles; multiply by
     /// [`ClockSource::hz`](super::ClockSource::hz)` / 10^9` for those).
-    pub fn seed_line(&self) -> String {
+    pub fn summary_line(&self) -> String {
         format!(
             "free {} contended {} wait {} avg {} 1/1000 cpu time {}",
             self.free(),
@@ -293,9 +295,9 @@ impl<'a> core::iter::Sum<&'a LockStatSnapshot> for LockStatSnapshot {
 }
 
 impl fmt::Display for LockStatSnapshot {
-    /// The seed's one-line form; see [`seed_line`](Self::seed_line).
+    /// The one-line summary; see [`summary_line`](Self::summary_line).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.seed_line())
+        f.write_str(&self.summary_line())
     }
 }
 
