@@ -20,12 +20,13 @@
 //! holder, so it needs at least three threads contending; with fewer cores
 //! than that, preemption of the holder or of the next waiter dominates.
 
-use crate::affinity::Pin;
 use crate::bench::{relax_ns, Layout, Mode, SpinConfig, TwoLockConfig};
+use crate::harness::affinity::Pin;
 use crate::locks::{self, LockEntry};
-use crate::report::{Lab, Measured, Record};
+use crate::output::lab::Lab;
+use crate::output::record::{Measured, Record};
+use crate::output::table::Table;
 use crate::spinbench::{measure_spin, thread_counts};
-use crate::table::Table;
 
 /// The locks `backoff` measures unless told otherwise: every ticket-lock
 /// policy (Rik's table columns: vanilla, fixed 50, fixed 250, auto-tuned,

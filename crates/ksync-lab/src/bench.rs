@@ -5,7 +5,9 @@
 //! `unlock` are inlined into its own copy of the loop, as they would be in a
 //! user's program.
 
-use crate::affinity::pin_current_thread;
+use crate::harness::affinity::pin_current_thread;
+pub use crate::harness::clock::{relax, relax_ns};
+use crate::harness::clock::{ticks, TickScale};
 use crate::peers::{Apart, Data, LabLock, LockKind};
 use ksync::stat::LockStatSnapshot;
 use std::hint::black_box;
@@ -41,68 +43,6 @@ struct Aligned<T>(T);
 #[repr(align(128))]
 #[derive(Default)]
 struct Slot(AtomicU64);
-
-/// `n` CPU relaxes (`pause` on x86): the unit of critical-section work and
-/// of the ticket lock's backoff.
-#[inline(always)]
-pub fn relax(n: u32) {
-    for _ in 0..n {
-        std::hint::spin_loop();
-    }
-}
-
-/// Nanoseconds per [`relax`], measured now (best of a few rounds).
-pub fn relax_ns() -> f64 {
-    const N: u32 = 200_000;
-    (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            relax(black_box(N));
-            start.elapsed().as_nanos() as f64 / f64::from(N)
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// A cheap timestamp in unspecified ticks, converted with [`TickScale`].
-#[inline(always)]
-fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions on x86_64.
-        #[allow(unused_unsafe)]
-        unsafe {
-            core::arch::x86_64::_rdtsc()
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
-
-/// Converts ticks to nanoseconds from two (instant, ticks) readings.
-struct TickScale {
-    start: (Instant, u64),
-}
-
-impl TickScale {
-    fn start() -> Self {
-        TickScale {
-            start: (Instant::now(), ticks()),
-        }
-    }
-
-    fn ns_per_tick(&self) -> f64 {
-        let ns = self.start.0.elapsed().as_nanos() as f64;
-        let t = ticks().wrapping_sub(self.start.1) as f64;
-        if t > 0.0 {
-            ns / t
-        } else {
-            1.0
-        }
-    }
-}
 
 /// Nanoseconds per uncontended lock + unlock, best of `rounds` runs of
 /// `iters` pairs (the minimum is the least disturbed by other processes).
@@ -283,7 +223,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
         lock.reset_lock_stats();
         start_line.wait();
         let scale = TickScale::start();
-        let start = scale.start.0;
+        let start = scale.started();
         let mut stopped_early = false;
         match cfg.mode {
             Mode::Timed(duration) => {
@@ -442,7 +382,7 @@ fn two_lock_on<L: LabLock<u64>>(cfg: &TwoLockConfig) -> TwoLockResult {
             .into_iter()
             .map(|w| w.join().expect("benchmark thread panicked"))
             .collect();
-        (outcomes, scale.start.0.elapsed(), scale.ns_per_tick())
+        (outcomes, scale.started().elapsed(), scale.ns_per_tick())
     });
     let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
     let rounds: u64 = per_thread.iter().sum();

@@ -10,10 +10,12 @@
 use crate::backoff::measure_two_lock;
 use crate::bench::{Layout, Mode, SpinConfig, TwoLockConfig};
 use crate::locks::{self, LockEntry, Origin};
-use crate::report::{Lab, Measured, SummaryRow};
+use crate::output::lab::Lab;
+use crate::output::record::Measured;
+use crate::output::summary::{summary_table, SummaryRow};
+use crate::output::table::Table;
 use crate::rwsem;
 use crate::spinbench::{measure_spin, spin_table, uncontended_table};
-use crate::table::Table;
 use std::time::Duration;
 
 /// The small parameters every part of `compare` uses.
@@ -218,7 +220,7 @@ fn two_lock_table(points: &[Measured]) -> Table {
             p.record.lock.clone(),
             p.show_sig("ops_per_s", 1e-6),
             best.map_or("-".into(), |b| {
-                crate::report::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+                crate::output::record::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
             }),
             format!("{:.2}", p.get("min_share")),
             format!("{:.2}", p.get("max_share")),
@@ -228,64 +230,4 @@ fn two_lock_table(points: &[Measured]) -> Table {
         ]);
     }
     t
-}
-
-/// One row per workload: the best peer with its figure, then each ksync
-/// primitive's ratio to it (`-` where it was not measured).
-pub fn summary_table(rows: &[SummaryRow]) -> Table {
-    let mut names: Vec<&str> = Vec::new();
-    for row in rows {
-        for (name, _) in &row.ksync {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
-            }
-        }
-    }
-    let mut t = Table::new(
-        ["workload", "unit", "best peer"]
-            .into_iter()
-            .map(String::from)
-            .chain(names.iter().map(|n| n.to_string())),
-    );
-    for row in rows {
-        let mut cells = vec![
-            row.workload.clone(),
-            format!(
-                "{} ({} better)",
-                row.unit,
-                if row.higher_is_better {
-                    "higher"
-                } else {
-                    "lower"
-                }
-            ),
-            row.best_peer
-                .as_ref()
-                .map_or("-".into(), |(name, v)| format!("{name} {}", fmt_value(*v))),
-        ];
-        for name in &names {
-            cells.push(
-                row.ratio(name)
-                    .map_or("-".into(), crate::report::ratio_text),
-            );
-        }
-        t.row(cells);
-    }
-    t.note(
-        "Ratios: ksync's figure over the best peer's, inverted for lower-is-better units, so \
-         above 1 means ksync did better. On a shared or small machine, contended ratios from \
-         one short run move by a factor of 1.5 or more between runs: use --repeat."
-            .into(),
-    );
-    t
-}
-
-fn fmt_value(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }

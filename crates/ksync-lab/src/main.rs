@@ -9,26 +9,25 @@
 //! (`--json`, `--csv`, `--plot`, `--repeat`, progress bar) in `report` and
 //! `plot`.
 
-mod affinity;
 mod backoff;
 mod bench;
 mod compare;
+mod harness;
 mod locks;
-mod machine;
+mod output;
 mod peers;
-mod plot;
-mod report;
 mod rwsem;
 mod sembench;
 mod semop;
 mod spinbench;
 mod sysv;
-mod table;
 mod torture;
 mod wake;
 
 use clap::{Parser, Subcommand};
-use report::Lab;
+use output::files::{resolve_output, Outputs};
+use output::lab::Lab;
+use output::report::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -102,7 +101,12 @@ fn main() -> ExitCode {
     if let Some(spins) = cli.pv_spin_threshold {
         ksync::spin::set_pv_spin_threshold(spins);
     }
-    if let Err(message) = check_outputs(&cli) {
+    let outputs = Outputs {
+        json: cli.json.clone(),
+        csv: cli.csv.clone(),
+        plot: cli.plot.clone(),
+    };
+    if let Err(message) = check_repeat(cli.repeat).and_then(|()| outputs.check()) {
         eprintln!("ksync-lab: {message}");
         return ExitCode::from(2);
     }
@@ -118,7 +122,13 @@ fn main() -> ExitCode {
         Command::Rwsem(args) => rwsem::run(&mut lab, args),
         Command::Backoff(args) => backoff::run(&mut lab, args),
         Command::Torture(args) => torture::run(&mut lab, args),
-        Command::Show(args) => show(args, &cli.csv, &cli.plot),
+        Command::Show(args) => show(
+            args,
+            &Outputs {
+                json: None,
+                ..outputs.clone()
+            },
+        ),
         Command::Sembench(args) => sembench::run(&mut lab, args),
         Command::Wake(args) => wake::run(&mut lab, args),
         Command::Semop(args) => semop::run(&mut lab, args),
@@ -136,7 +146,7 @@ fn main() -> ExitCode {
     let command_line = std::env::args().skip(1).collect();
     let report = lab.finish(command_line);
     if !report.records.is_empty() {
-        if let Err(message) = write_outputs(&report, &cli.json, &cli.csv, &cli.plot) {
+        if let Err(message) = outputs.write(&report) {
             eprintln!("ksync-lab: {message}");
             return ExitCode::from(2);
         }
@@ -159,8 +169,8 @@ struct ShowArgs {
 }
 
 /// Re-reads a JSON report, prints its records, and re-writes --csv/--plot from it.
-fn show(args: ShowArgs, csv: &Option<PathBuf>, plot: &Option<PathBuf>) -> Result<(), String> {
-    let resolved = report::resolve_output(&args.file);
+fn show(args: ShowArgs, outputs: &Outputs) -> Result<(), String> {
+    let resolved = resolve_output(&args.file);
     let path = if resolved.exists() {
         resolved
     } else {
@@ -168,7 +178,7 @@ fn show(args: ShowArgs, csv: &Option<PathBuf>, plot: &Option<PathBuf>) -> Result
     };
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let report = report::Report::from_json(&text)?;
+    let report = Report::from_json(&text)?;
     println!(
         "{} {} `{}`, repeat {}, machine: {}",
         report.tool,
@@ -177,7 +187,7 @@ fn show(args: ShowArgs, csv: &Option<PathBuf>, plot: &Option<PathBuf>) -> Result
         report.repeat,
         report.machine
     );
-    let mut t = table::Table::new([
+    let mut t = output::table::Table::new([
         "experiment",
         "workload",
         "lock",
@@ -202,55 +212,18 @@ fn show(args: ShowArgs, csv: &Option<PathBuf>, plot: &Option<PathBuf>) -> Result
     }
     print!("\n{}", t.render());
     if !report.summary.is_empty() {
-        print!("\n{}", compare::summary_table(&report.summary).render());
+        print!(
+            "\n{}",
+            output::summary::summary_table(&report.summary).render()
+        );
     }
-    write_outputs(&report, &None, csv, plot)
+    outputs.write(&report)
 }
 
-/// Fails early, before anything runs, on output options that cannot work.
-fn check_outputs(cli: &Cli) -> Result<(), String> {
-    if !(1..=1000).contains(&cli.repeat) {
-        return Err(format!(
-            "--repeat must be from 1 to 1000, not {}",
-            cli.repeat
-        ));
-    }
-    if let Some(plot) = &cli.plot {
-        let ext = plot
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        if !matches!(ext.as_deref(), Some("svg" | "png")) {
-            return Err(format!(
-                "--plot {}: the file name must end in .svg or .png",
-                plot.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Writes the report to the files asked for, saying where on stderr.
-fn write_outputs(
-    report: &report::Report,
-    json: &Option<PathBuf>,
-    csv: &Option<PathBuf>,
-    plot: &Option<PathBuf>,
-) -> Result<(), String> {
-    if let Some(path) = json {
-        let path = report::resolve_output(path);
-        report::write_file(&path, report.to_json().as_bytes())?;
-        eprintln!("ksync-lab: wrote {}", path.display());
-    }
-    if let Some(path) = csv {
-        let path = report::resolve_output(path);
-        report::write_file(&path, report.to_csv().as_bytes())?;
-        eprintln!("ksync-lab: wrote {}", path.display());
-    }
-    if let Some(path) = plot {
-        let path = report::resolve_output(path);
-        plot::draw(report, &path)?;
-        eprintln!("ksync-lab: wrote {}", path.display());
+/// `--repeat` checked: 1 to 1000.
+fn check_repeat(repeat: u32) -> Result<(), String> {
+    if !(1..=1000).contains(&repeat) {
+        return Err(format!("--repeat must be from 1 to 1000, not {repeat}"));
     }
     Ok(())
 }

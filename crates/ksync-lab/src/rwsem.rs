@@ -11,9 +11,12 @@
 //! dropped in when the programs turn up.
 
 use crate::bench::share_range;
+use crate::harness::clock::busy;
 use crate::locks;
-use crate::report::{lock_stats_text, Lab, Measured, Record};
-use crate::table::Table;
+use crate::output::lab::Lab;
+use crate::output::lock_stats::lock_stats_text;
+use crate::output::record::{Measured, Record};
+use crate::output::table::Table;
 use crate::torture::{self, TortureConfig, TortureResult};
 use ksync::stat::{LockStatSnapshot, LockStats, Stat};
 use std::cell::UnsafeCell;
@@ -276,16 +279,6 @@ pub struct MixResult {
     pub lock_stats: Option<LockStatSnapshot>,
 }
 
-fn busy(micros: u32) {
-    if micros == 0 {
-        return;
-    }
-    let until = Instant::now() + Duration::from_micros(u64::from(micros));
-    while Instant::now() < until {
-        std::hint::spin_loop();
-    }
-}
-
 /// Runs `mix` on a fresh `L` for `duration`.
 pub fn run_mix<L: LabRwLock>(mix: Mix, duration: Duration) -> MixResult {
     let lock = L::new();
@@ -296,6 +289,8 @@ pub fn run_mix<L: LabRwLock>(mix: Mix, duration: Duration) -> MixResult {
     let stop = AtomicBool::new(false);
     let threads = mix.readers + mix.writers;
     let start_line = Barrier::new(threads + 1);
+    let load = Duration::from_micros(u64::from(mix.load_us));
+    let interval = Duration::from_micros(u64::from(mix.interval_us));
     let (results, elapsed): (Vec<(bool, u64, Duration)>, Duration) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
@@ -315,7 +310,7 @@ pub fn run_mix<L: LabRwLock>(mix: Mix, duration: Duration) -> MixResult {
                                     torn.store(true, Ordering::Relaxed);
                                 }
                                 *v += 1;
-                                busy(mix.load_us);
+                                busy(load);
                                 writer_inside.store(false, Ordering::Relaxed);
                             });
                         } else {
@@ -324,11 +319,11 @@ pub fn run_mix<L: LabRwLock>(mix: Mix, duration: Duration) -> MixResult {
                                 if writer_inside.load(Ordering::Relaxed) {
                                     torn.store(true, Ordering::Relaxed);
                                 }
-                                busy(mix.load_us);
+                                busy(load);
                             });
                         }
                         taken += 1;
-                        busy(mix.interval_us);
+                        busy(interval);
                     }
                     (is_writer, taken, longest)
                 })
@@ -523,7 +518,7 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[RwEntry], duration: Duration)
             p.show("reads", 0),
             p.show("writes", 0),
             best.map_or("-".into(), |b| {
-                crate::report::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+                crate::output::record::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
             }),
             share(p, "reader", mix.readers),
             share(p, "writer", mix.writers),
@@ -547,7 +542,7 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[RwEntry], duration: Duration)
     ));
     lab.print(&lock_stats_text(
         &stats,
-        &crate::spinbench::runs_covered(lab.repeat()),
+        &crate::output::lock_stats::runs_covered(lab.repeat()),
     ));
     points
 }

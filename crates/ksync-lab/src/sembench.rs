@@ -33,13 +33,17 @@
 //! that still do not leave, say after a lost wake-up in the primitive under
 //! test, are left behind detached rather than hanging the lab).
 
-use crate::affinity::{allowed_cpus, pin_current_thread as pin_current_thread_to};
-use crate::report::{Lab, Measured, Record, SummaryRow};
+use crate::harness::affinity::{allowed_cpus, pin_current_thread, PinnedThread};
+use crate::harness::crew::{Crew, FirstError};
+use crate::harness::futex;
+use crate::output::lab::Lab;
+use crate::output::record::{Measured, Record};
+use crate::output::summary::SummaryRow;
 use crate::sysv::SysvSet;
 use ksync::stat::LockStatSnapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Semaphores per SysV array (sembench's `SEMS_PERID`).
@@ -347,23 +351,20 @@ struct Shared<B> {
     started: AtomicUsize,
     exited: AtomicUsize,
     unbound: AtomicUsize,
-    failed: AtomicBool,
-    failure: Mutex<Option<String>>,
+    failure: FirstError,
     cpus: Vec<usize>,
     bind: bool,
 }
 
 impl<B: Backend> Shared<B> {
     fn fail(&self, message: String) {
-        let mut first = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        first.get_or_insert(message);
-        self.failed.store(true, Ordering::Release);
+        self.failure.set(message);
     }
 
     fn worker(&self, i: usize) -> u64 {
         if self.bind {
             if let Some(&cpu) = self.cpus.get(i % self.cpus.len().max(1)) {
-                if !pin_current_thread_to(cpu) {
+                if !pin_current_thread(cpu) {
                     self.unbound.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -461,8 +462,7 @@ fn drive<B: Backend + Send + 'static>(config: &Config, backend: B) -> Result<Out
         started: AtomicUsize::new(0),
         exited: AtomicUsize::new(0),
         unbound: AtomicUsize::new(0),
-        failed: AtomicBool::new(false),
-        failure: Mutex::new(None),
+        failure: FirstError::default(),
         cpus: allowed_cpus(),
         bind: config.bind_workers,
     });
@@ -485,11 +485,11 @@ fn drive<B: Backend + Send + 'static>(config: &Config, backend: B) -> Result<Out
     while shared.started.load(Ordering::Acquire) == 0 && Instant::now() < started_by {
         std::thread::sleep(Duration::from_micros(200));
     }
-    let old_mask = config.main_cpu.and_then(pin_current_thread);
+    let pinned_main = config.main_cpu.and_then(PinnedThread::pin);
     let before = shared.backend.counters();
     shared.backend.reset_lock_stats();
     let start = Instant::now();
-    while !shared.failed.load(Ordering::Acquire) {
+    while !shared.failure.is_set() {
         match shared.wake_pass(config.wake, &mut last, &mut per_array) {
             Ok(calls) => post_calls += calls,
             Err(e) => shared.fail(format!("main thread: {e}")),
@@ -510,9 +510,7 @@ fn drive<B: Backend + Send + 'static>(config: &Config, backend: B) -> Result<Out
         }),
         _ => None,
     };
-    if let Some(mask) = old_mask {
-        restore_mask(&mask);
-    }
+    drop(pinned_main);
     shutdown(
         &shared,
         config.wake,
@@ -527,12 +525,7 @@ fn drive<B: Backend + Send + 'static>(config: &Config, backend: B) -> Result<Out
             Vec::new()
         }
     };
-    if let Some(message) = shared
-        .failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    {
+    if let Some(message) = shared.failure.take() {
         return Err(message);
     }
     Ok(Outcome {
@@ -548,88 +541,6 @@ fn drive<B: Backend + Send + 'static>(config: &Config, backend: B) -> Result<Out
         lock_stats,
         unbound: shared.unbound.load(Ordering::Relaxed),
     })
-}
-
-/// Threads that must all end within a bound. When some do not (a lost
-/// wake-up in the primitive under test), they are left behind, detached,
-/// and the run fails instead of hanging the lab.
-pub(crate) struct Crew<T> {
-    handles: Vec<std::thread::JoinHandle<T>>,
-    exited: Arc<AtomicUsize>,
-}
-
-/// Counts a crew thread's end, also when it unwinds.
-struct Exit(Arc<AtomicUsize>);
-
-impl Drop for Exit {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::Release);
-    }
-}
-
-impl<T: Send + 'static> Crew<T> {
-    pub(crate) fn new() -> Self {
-        Crew {
-            handles: Vec::new(),
-            exited: Arc::new(AtomicUsize::new(0)),
-        }
-    }
-
-    pub(crate) fn spawn(
-        &mut self,
-        name: String,
-        stack: usize,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<(), String> {
-        let exit = Exit(Arc::clone(&self.exited));
-        let handle = std::thread::Builder::new()
-            .name(name)
-            .stack_size(stack)
-            .spawn(move || {
-                let _exit = exit;
-                f()
-            })
-            .map_err(|e| {
-                format!(
-                    "could not create thread {} (after {} others): {e}",
-                    self.handles.len(),
-                    self.handles.len()
-                )
-            })?;
-        self.handles.push(handle);
-        Ok(())
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.handles.len()
-    }
-
-    /// Joins every thread if all end within `limit`; otherwise detaches
-    /// them and says how many are stuck.
-    pub(crate) fn join_within(self, limit: Duration) -> Result<Vec<T>, String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let exited = self.exited.load(Ordering::Acquire);
-            if exited >= self.handles.len() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "{} of {} threads never returned (a lost wake-up?); left behind",
-                    self.handles.len() - exited,
-                    self.handles.len()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| "a benchmark thread panicked".to_string())
-            })
-            .collect()
-    }
 }
 
 /// Sets `all_done` and keeps posting ready workers, 200 µs apart, until all
@@ -817,44 +728,18 @@ impl Backend for Ksync {
 /// sembench 0.3's futex mode: sleep on the slot's `data` word.
 struct Futex;
 
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
-    // SAFETY: `word` is a live, aligned u32; a null timeout waits without
-    // limit. EAGAIN (value changed) and EINTR just return.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            std::ptr::null::<libc::timespec>(),
-        )
-    };
-}
-
-pub(crate) fn futex_wake(word: &AtomicU32, count: i32) {
-    // SAFETY: waking takes the address only as a key.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            count,
-        )
-    };
-}
-
 impl Backend for Futex {
     fn wait(&self, worker: usize, slots: &[Slot]) -> Result<(), String> {
         let slot = &slots[worker];
         while slot.data.load(Ordering::Acquire) == 1 {
-            futex_wait(&slot.data, 1);
+            futex::wait(&slot.data, 1);
         }
         Ok(())
     }
 
     fn post(&self, slots: &[Slot], _array: usize, workers: &[u32]) -> Result<(), String> {
         for &w in workers {
-            futex_wake(&slots[w as usize].data, 1);
+            futex::wake(&slots[w as usize].data, 1);
         }
         Ok(())
     }
@@ -862,7 +747,7 @@ impl Backend for Futex {
     fn release_all(&self, slots: &[Slot]) {
         for slot in slots {
             slot.data.store(0, Ordering::Release);
-            futex_wake(&slot.data, i32::MAX);
+            futex::wake(&slot.data, i32::MAX);
         }
     }
 
@@ -896,7 +781,7 @@ impl Backend for FutexChain {
     fn wait(&self, worker: usize, slots: &[Slot]) -> Result<(), String> {
         let slot = &slots[worker];
         while slot.data.load(Ordering::Acquire) == 1 {
-            futex_wait(&slot.data, 1);
+            futex::wait(&slot.data, 1);
         }
         // `data` is cleared in the scan, `next` in the post just after: wait
         // for the link (the main thread is running, so this is short).
@@ -916,7 +801,7 @@ impl Backend for FutexChain {
         if next != CHAIN_END {
             // We only hold a link because the main thread cleared our data
             // word; the slots outlive every worker.
-            futex_wake(&slots[next as usize].data, 1);
+            futex::wake(&slots[next as usize].data, 1);
         }
         Ok(())
     }
@@ -929,7 +814,7 @@ impl Backend for FutexChain {
             after = w;
         }
         if let Some(&first) = workers.first() {
-            futex_wake(&slots[first as usize].data, 1);
+            futex::wake(&slots[first as usize].data, 1);
         }
         Ok(())
     }
@@ -938,7 +823,7 @@ impl Backend for FutexChain {
         for (slot, next) in slots.iter().zip(self.next.iter()) {
             next.store(CHAIN_END, Ordering::Release);
             slot.data.store(0, Ordering::Release);
-            futex_wake(&slot.data, i32::MAX);
+            futex::wake(&slot.data, i32::MAX);
         }
     }
 
@@ -1015,29 +900,6 @@ impl Backend for Posix {
     fn calls_per_post(&self, n: usize) -> u64 {
         n as u64
     }
-}
-
-// ---------------------------------------------------------------------------
-// CPU affinity.
-
-pub(crate) fn current_mask() -> Option<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is plain data; the call fills it for this thread.
-    unsafe {
-        let mut mask: libc::cpu_set_t = std::mem::zeroed();
-        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) == 0)
-            .then_some(mask)
-    }
-}
-
-pub(crate) fn restore_mask(mask: &libc::cpu_set_t) -> bool {
-    // SAFETY: `mask` is a valid cpu_set_t; 0 = the calling thread.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0 }
-}
-
-/// Binds the calling thread to `cpu` and returns its previous mask.
-pub(crate) fn pin_current_thread(cpu: usize) -> Option<libc::cpu_set_t> {
-    let old = current_mask()?;
-    pin_current_thread_to(cpu).then_some(old)
 }
 
 // ---------------------------------------------------------------------------
@@ -1227,12 +1089,12 @@ fn measure(
 
 /// The comparison table: medians (with `[min-max]` over `--repeat` runs),
 /// ratios to ipc.
-fn table(points: &[Measured]) -> crate::table::Table {
+fn table(points: &[Measured]) -> crate::output::table::Table {
     let base = points
         .iter()
         .find(|m| m.record.lock == Kind::Ipc.lock())
         .map(|m| m.get("burns_per_s"));
-    let mut table = crate::table::Table::new([
+    let mut table = crate::output::table::Table::new([
         "backend",
         "worker burns/s",
         "x ipc",

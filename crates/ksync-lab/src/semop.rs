@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use ksync::sem::{SemBuf, SemSet};
 
-use crate::report::{Lab, Record};
+use crate::output::lab::Lab;
+use crate::output::record::Record;
+use crate::output::table::Table;
 use crate::sysv::SysvSet;
-use crate::table::Table;
 
 #[derive(Parser, Debug, Clone)]
 pub struct Args {

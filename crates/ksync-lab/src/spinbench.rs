@@ -8,11 +8,13 @@
 //! reproduces that (`--loops`, `--pin`, `--layout`) and also has a
 //! fixed-time mode (`--seconds`) that reports throughput.
 
-use crate::affinity::Pin;
 use crate::bench::{Layout, Mode, SpinConfig};
+use crate::harness::affinity::Pin;
 use crate::locks::{self, LockEntry};
-use crate::report::{lock_stats_text, Lab, Measured, Record};
-use crate::table::Table;
+use crate::output::lab::Lab;
+use crate::output::lock_stats::{lock_stats_text, runs_covered};
+use crate::output::record::{Measured, Record};
+use crate::output::table::Table;
 use ksync::stat::LockStatSnapshot;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -218,7 +220,7 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
         }
         row.push(p.show_sig("ops_per_s", 1e-6));
         row.push(best.map_or("-".into(), |b| {
-            crate::report::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+            crate::output::record::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
         }));
         if loops {
             row.push(if finished {
@@ -379,15 +381,6 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// What printed lock statistics cover, given `--repeat`.
-pub fn runs_covered(repeat: u32) -> String {
-    if repeat > 1 {
-        format!("the last of {repeat} runs")
-    } else {
-        "the run".into()
-    }
 }
 
 /// `uncontended`'s options.

@@ -29,11 +29,13 @@
 //! The `busted` lock (the kernel's `lock_busted`) lets everyone in, to show
 //! that the check fails when it must.
 
+use crate::harness::clock::busy;
 use crate::locks::{self, LockEntry, Origin};
+use crate::output::lab::Lab;
+use crate::output::record::Record;
+use crate::output::table::Table;
 use crate::peers::{LabLock, LockKind};
-use crate::report::{Lab, Record};
 use crate::rwsem::{self, LabRwLock, RwEntry};
-use crate::table::Table;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -88,13 +90,6 @@ impl Rng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         n != 0 && self.0.wrapping_mul(0x2545_F491_4F6C_DD1D).is_multiple_of(n)
-    }
-}
-
-fn busy(d: Duration) {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        std::hint::spin_loop();
     }
 }
 

@@ -23,12 +23,16 @@
 //! the last sleeper has returned, both per sleeper, and ksync's entries
 //! visited per sleeper. Linear scaling shows as flat per-sleeper figures.
 
-use crate::report::{Lab, Measured, Record};
-use crate::sembench::{Crew, SetCounters};
+use crate::harness::affinity::PinnedThread;
+use crate::harness::crew::{Crew, FirstError};
+use crate::harness::futex;
+use crate::output::lab::Lab;
+use crate::output::record::{Measured, Record};
+use crate::output::table::Table;
+use crate::sembench::SetCounters;
 use crate::sysv::SysvSet;
-use crate::table::Table;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the deep-list heads want: more than the value ever reaches.
@@ -206,25 +210,6 @@ fn await_ncnt<S: Sem>(set: &S, num: usize, count: usize) -> Result<(), String> {
     }
 }
 
-/// The first error any thread reported.
-#[derive(Default)]
-struct FirstError(Mutex<Option<String>>);
-
-impl FirstError {
-    fn set(&self, message: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(message);
-    }
-    fn is_set(&self) -> bool {
-        self.0.lock().map_or(true, |f| f.is_some())
-    }
-    fn take(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
 // ---------------------------------------------------------------------------
 // deep: seed 003's deep wait list.
 
@@ -392,7 +377,7 @@ struct Placement {
 }
 
 fn placement(bind: bool) -> Option<Placement> {
-    let cpus = crate::affinity::allowed_cpus();
+    let cpus = crate::harness::affinity::allowed_cpus();
     (bind && cpus.len() >= 2).then(|| Placement {
         waker_cpu: cpus[0],
         sleeper_cpu: cpus[1],
@@ -425,7 +410,7 @@ fn bulk_round<S: Sem + Send + 'static>(
         started: AtomicBool::new(false),
         release: AtomicU32::new(0),
     });
-    let old_mask = place.and_then(|p| crate::sembench::pin_current_thread(p.waker_cpu));
+    let pinned_waker = place.and_then(|p| PinnedThread::pin(p.waker_cpu));
     let mut crew = Crew::new();
     let result = (|| -> Result<BulkRound, String> {
         let sh = &*shared;
@@ -436,7 +421,7 @@ fn bulk_round<S: Sem + Send + 'static>(
             let mine = Arc::clone(&shared);
             crew.spawn(format!("bulk-{i}"), SLEEPER_STACK, move || {
                 if let Some(p) = place {
-                    crate::affinity::pin_current_thread(p.sleeper_cpu);
+                    crate::harness::affinity::pin_current_thread(p.sleeper_cpu);
                 }
                 match mine.set.op(&[(num as u16, -1)]) {
                     Ok(()) => {
@@ -447,7 +432,7 @@ fn bulk_round<S: Sem + Send + 'static>(
                                 .set(format!("sleeper {i} returned before the wake-up"));
                         }
                         while mine.release.load(Ordering::Acquire) == 0 {
-                            crate::sembench::futex_wait(&mine.release, 0);
+                            futex::wait(&mine.release, 0);
                         }
                     }
                     Err(OpError::Removed) => {}
@@ -506,11 +491,9 @@ fn bulk_round<S: Sem + Send + 'static>(
     // ones are released.
     shared.set.remove();
     shared.release.store(1, Ordering::Release);
-    crate::sembench::futex_wake(&shared.release, i32::MAX);
+    futex::wake(&shared.release, i32::MAX);
     let joined = crew.join_within(QUEUE_TIMEOUT);
-    if let Some(mask) = old_mask {
-        crate::sembench::restore_mask(&mask);
-    }
+    drop(pinned_waker);
     joined.map_err(|e| format!("after removing the set: {e}"))?;
     let round = result?;
     if let Some(e) = shared.failure.take() {
@@ -550,9 +533,9 @@ impl BulkOutcome {
             .map(|c| pick(c) as f64 / self.sleepers as f64)
             .collect();
         v.sort_by(f64::total_cmp);
-        crate::report::median(&v)
+        crate::output::record::median(&v)
             .is_finite()
-            .then(|| crate::report::median(&v))
+            .then(|| crate::output::record::median(&v))
     }
 }
 

@@ -7,7 +7,8 @@
 //! from the `epaint_default_fonts` crate), so PNGs render on a fresh
 //! machine without fontconfig or FreeType.
 
-use crate::report::{median, Report};
+use super::record::median;
+use super::report::Report;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -173,8 +174,8 @@ fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    // Thread counts as evenly spaced categories, as the seeds' tables list
-    // them (1, 2, 4, 8, 64 would crowd on a linear or log axis).
+    // Thread counts as evenly spaced categories, as the mailing-list tables
+    // list them (1, 2, 4, 8, 64 would crowd on a linear or log axis).
     let mut threads: Vec<u64> = panel
         .lines
         .iter()

@@ -46,7 +46,7 @@ impl Machine {
         Machine {
             cpu,
             cores,
-            numa_nodes: crate::affinity::numa_nodes().len().max(1),
+            numa_nodes: super::affinity::numa_nodes().len().max(1),
             kernel,
             virtualized,
             sem_limits,

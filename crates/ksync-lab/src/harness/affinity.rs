@@ -1,9 +1,13 @@
-//! CPU placement for benchmark threads (`--pin`), via `sched_setaffinity`.
+//! CPU placement for benchmark threads, via `sched_setaffinity`: the
+//! `--pin` plans, the CPUs this process may use, and binding one thread.
 //!
-//! Seed 001's micro-benchmark bound every task to a CPU, either all on one
-//! NUMA node or one task per node; `--pin` offers both, plus a plain spread
-//! and an explicit CPU list.
+//! Waiman Long's spinlock micro-benchmark (unfair qspinlock v10, LKML, May
+//! 2014) bound every task to a CPU, either all on one NUMA node or one task
+//! per node; `--pin` offers both, plus a plain spread and an explicit CPU
+//! list. sembench binds its workers round robin and `wake` keeps its waker
+//! and sleepers apart, both through [`pin_current_thread`] and [`PinnedThread`].
 
+use std::marker::PhantomData;
 use std::str::FromStr;
 
 /// Where benchmark thread `k` runs.
@@ -13,8 +17,8 @@ pub enum Pin {
     None,
     /// Thread `k` on the `k mod n`-th CPU this process may use.
     Spread,
-    /// Thread `k` on the first allowed CPU of node `k mod nodes` (seed 001's
-    /// "one task per node"; needs more than one NUMA node).
+    /// Thread `k` on the first allowed CPU of node `k mod nodes` (Waiman
+    /// Long's "one task per node"; needs more than one NUMA node).
     PerNode,
     /// Thread `k` on `cpus[k mod len]`.
     Cpus(Vec<usize>),
@@ -80,7 +84,7 @@ impl Pin {
                 if firsts.len() < 2 {
                     Err(
                         "--pin per-node needs at least two NUMA nodes with usable CPUs; this \
-                         machine has one, so seed 001's one-task-per-node runs cannot be reproduced here"
+                         machine has one, so Waiman Long's one-task-per-node runs cannot be reproduced here"
                             .into(),
                     )
                 } else {
@@ -151,6 +155,42 @@ pub fn pin_current_thread(cpu: usize) -> bool {
     }
 }
 
+/// The calling thread bound to one CPU until this is dropped, which gives it
+/// back the CPU set it had. Not `Send`: only the pinned thread may restore
+/// its own mask.
+pub struct PinnedThread {
+    previous: libc::cpu_set_t,
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl PinnedThread {
+    /// Binds the calling thread to `cpu`; `None`, with nothing changed, if
+    /// its CPU set cannot be read or the kernel refuses the CPU.
+    pub fn pin(cpu: usize) -> Option<PinnedThread> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set, which the call
+        // fills for the calling thread (pid 0).
+        let previous = unsafe {
+            let mut mask: libc::cpu_set_t = std::mem::zeroed();
+            (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) == 0)
+                .then_some(mask)?
+        };
+        pin_current_thread(cpu).then_some(PinnedThread {
+            previous,
+            _this_thread: PhantomData,
+        })
+    }
+}
+
+impl Drop for PinnedThread {
+    fn drop(&mut self) {
+        // SAFETY: `previous` is the valid mask read in `pin`, on this same
+        // thread (the type is not Send); pid 0 names the calling thread.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.previous)
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +216,20 @@ mod tests {
         assert_eq!(plan[0], allowed[0]);
         assert_eq!(plan[allowed.len()], allowed[0]);
         assert!(Pin::Cpus(vec![100_000]).plan(1).is_err());
+    }
+
+    #[test]
+    fn a_pinned_thread_gets_its_cpu_set_back() {
+        std::thread::spawn(|| {
+            let before = allowed_cpus();
+            let pinned = PinnedThread::pin(before[0]).expect("an allowed CPU");
+            assert_eq!(allowed_cpus(), [before[0]]);
+            drop(pinned);
+            assert_eq!(allowed_cpus(), before);
+            assert!(PinnedThread::pin(usize::MAX).is_none());
+            assert_eq!(allowed_cpus(), before);
+        })
+        .join()
+        .unwrap();
     }
 }
