@@ -1,4 +1,6 @@
-//! `backoff`: seed 004's experiment, proportional backoff for ticket locks.
+//! `backoff`: Rik van Riel's proportional backoff for ticket locks ("[PATCH
+//! 3/5] x86,smp: auto tune spinlock backoff delay factor", LKML, January
+//! 2013, with Michel Lespinasse's review).
 //!
 //! Rik van Riel's 2012-13 series made a ticket-lock waiter with `k` threads
 //! ahead spin about `k` times the expected hold time before looking at the
@@ -6,7 +8,7 @@
 //! auto-tuned per CPU, then auto-tuned per CPU *and* hashed lock address
 //! (patch 4/5, after Eric Dumazet's and Michel Lespinasse's worry that one
 //! delay tuned on a long-held lock oversleeps on a short one). Two
-//! workloads, as `shared/reference/benchmarks.md` 5.5 describes:
+//! workloads:
 //!
 //! * `embedded`: N threads on one lock that sits on the same cache line as
 //!   the data its critical section writes, so every poll by a waiter steals
@@ -20,16 +22,21 @@
 //! holder, so it needs at least three threads contending; with fewer cores
 //! than that, preemption of the holder or of the next waiter dominates.
 
-use crate::bench::{relax_ns, Layout, Mode, SpinConfig, TwoLockConfig};
+use super::spin::{best_peer, measure_spin, spin_table};
+use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
-use crate::locks::{self, LockEntry};
+use crate::harness::clock::relax_ns;
 use crate::output::lab::Lab;
-use crate::output::record::{Measured, Record};
+use crate::output::record::{ratio_text, Measured, Record};
+use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
-use crate::spinbench::{measure_spin, thread_counts};
+use crate::peers::mutex::registry::{self as mutexes, MutexEntry};
+use crate::workloads::share_range;
+use crate::workloads::spin::{Layout, Mode, SpinConfig};
+use crate::workloads::two_lock::{TwoLockConfig, TwoLockLoop};
 
 /// The locks `backoff` measures unless told otherwise: every ticket-lock
-/// policy (Rik's table columns: vanilla, fixed 50, fixed 250, auto-tuned,
+/// policy (the columns of Rik van Riel's tables: vanilla, fixed 50, fixed 250, auto-tuned,
 /// auto-tuned + hash, plus the guest cap), the `spin` crate's ticket lock,
 /// and parking_lot as the everyday reference.
 pub const DEFAULT_LOCKS: [&str; 8] = [
@@ -100,15 +107,15 @@ pub fn default_threads(cores: usize) -> Vec<usize> {
 /// Measures one two-lock point.
 pub fn measure_two_lock(
     lab: &mut Lab,
-    lock: &LockEntry,
+    lock: &MutexEntry,
     cfg: &TwoLockConfig,
     workload: &str,
 ) -> Measured {
     lab.measure(
         &format!("two-lock {} threads: {}", cfg.threads, lock.name),
         || {
-            let r = (lock.two_lock)(cfg);
-            let (min_share, max_share) = crate::bench::share_range(&r.per_thread);
+            let r = lock.dispatch(TwoLockLoop(cfg));
+            let (min_share, max_share) = share_range(&r.per_thread);
             Record::new("backoff", workload, lock.name, lock.is_ksync(), cfg.threads)
                 .param("hot_work", cfg.hot_work)
                 .param("cold_work", cfg.cold_work)
@@ -127,17 +134,17 @@ pub fn measure_two_lock(
 
 /// Runs `backoff`.
 pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
-    let duration = crate::seconds_arg("--seconds", args.seconds)?;
+    let duration = options::seconds("--seconds", args.seconds)?;
     let names: Vec<String> = if args.locks.is_empty() {
         DEFAULT_LOCKS.iter().map(|s| s.to_string()).collect()
     } else {
         args.locks.clone()
     };
-    let locks = locks::chosen(&names)?;
+    let locks = mutexes::chosen(&names)?;
     let threads = if args.threads.is_empty() {
         default_threads(lab.machine().cores)
     } else {
-        thread_counts(&args.threads)?
+        options::thread_counts(&args.threads)?
     };
     if args.workloads.is_empty() {
         return Err("--workloads needs embedded, two-lock or both".into());
@@ -223,8 +230,8 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Rik's table shape: one row per thread count, one column per lock.
-fn throughput_table(locks: &[LockEntry], by_threads: &[(usize, Vec<Measured>)]) -> Table {
+/// Rik van Riel's table shape: one row per thread count, one column per lock.
+fn throughput_table(locks: &[&MutexEntry], by_threads: &[(usize, Vec<Measured>)]) -> Table {
     let mut t = Table::new(
         std::iter::once("threads".to_string()).chain(locks.iter().map(|l| l.name.to_string())),
     );
@@ -278,4 +285,101 @@ fn detail_table(workload: Workload, by_threads: &[(usize, Vec<Measured>)]) -> Ta
         }
     }
     t
+}
+
+/// The two-lock mix at one thread count, one row per lock.
+fn two_lock_table(points: &[Measured]) -> Table {
+    let best = best_peer(points);
+    let mut t = Table::new([
+        "lock".to_string(),
+        "Mrounds/s".into(),
+        best.map_or("x best peer".into(), |b| format!("x {}", b.record.lock)),
+        "min share".into(),
+        "max share".into(),
+        "hot longest us".into(),
+        "cold mean ns".into(),
+        "cold longest us".into(),
+    ]);
+    for p in points {
+        t.row(vec![
+            p.record.lock.clone(),
+            p.show_sig("ops_per_s", 1e-6),
+            best.map_or("-".into(), |b| {
+                ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+            }),
+            format!("{:.2}", p.get("min_share")),
+            format!("{:.2}", p.get("max_share")),
+            p.show("hot_longest_us", 1),
+            p.show("cold_mean_ns", 0),
+            p.show("cold_longest_us", 1),
+        ]);
+    }
+    t
+}
+
+/// `compare`'s backoff part: both workloads with one thread past the cores
+/// (backoff needs a waiter with another waiter ahead of it).
+pub struct InCompare;
+
+impl ComparePart for InCompare {
+    fn plan(&self, lab: &mut Lab, quick: &Quick) {
+        lab.plan(2 * mutexes::core().len() as u64, quick.duration());
+    }
+
+    fn run(&self, lab: &mut Lab, quick: &Quick) -> Result<Vec<SummaryRow>, String> {
+        let locks = mutexes::core();
+        let duration = quick.duration();
+        let mut rows = Vec::new();
+        let n = quick.cores + 1;
+        let cfg = SpinConfig {
+            threads: n,
+            mode: Mode::Timed(duration),
+            cs_work: 10,
+            layout: Layout::Embedded,
+            pin: None,
+            wait_clock: false,
+        };
+        let points: Vec<Measured> = locks
+            .iter()
+            .map(|l| measure_spin(lab, "backoff", l, &cfg, "embedded lock, cs 10"))
+            .collect();
+        lab.print(&format!(
+            "\n## backoff, embedded lock: {n} threads, critical section writes the lock's line + 10 relaxes, {} s\n\n{}",
+            quick.seconds,
+            spin_table(&points, cfg.mode, false).render()
+        ));
+        rows.push(SummaryRow::from_measured(
+            &format!("backoff embedded, {n} threads"),
+            "Mops/s",
+            "ops_per_s",
+            1e-6,
+            true,
+            &usable(&points, &locks),
+        ));
+        let two = TwoLockConfig {
+            threads: n,
+            duration,
+            hot_work: 200,
+            cold_work: 5,
+            pin: None,
+        };
+        let points: Vec<Measured> = locks
+            .iter()
+            .map(|l| measure_two_lock(lab, l, &two, "two-lock mix, hot 200 cold 5"))
+            .collect();
+        lab.print(&format!(
+            "\n## backoff, two-lock mix: {n} threads, hot lock held 200 relaxes then cold lock held 5, {} s\n\n{}",
+            quick.seconds,
+            two_lock_table(&points).render()
+        ));
+        rows.push(SummaryRow::from_measured(
+            &format!("backoff two-lock, {n} threads"),
+            "Mops/s",
+            "ops_per_s",
+            1e-6,
+            true,
+            &usable(&points, &locks),
+        ));
+        Ok(rows)
+    }
 }

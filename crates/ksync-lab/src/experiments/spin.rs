@@ -1,20 +1,25 @@
-//! `spin` and `uncontended`: seed 001's N-task spinlock micro-benchmark and
-//! the uncontended cost of each lock.
+//! `spin`: Waiman Long's N-task spinlock micro-benchmark ("[PATCH v10
+//! 13/19] unfair qspinlock: Enable lock stealing in lock waiters", LKML,
+//! May 2014).
 //!
-//! Seed 001 (Waiman Long's qspinlock v10) reports the execution time in ms
-//! of N tasks each doing a fixed number of lock / critical section / unlock
-//! rounds on one lock, tasks bound to CPUs of one node or one per node, the
-//! lock alone on its cache line or embedded beside its data. `spin`
-//! reproduces that (`--loops`, `--pin`, `--layout`) and also has a
-//! fixed-time mode (`--seconds`) that reports throughput.
+//! Long reports the execution time in ms of N tasks each doing a fixed
+//! number of lock / critical section / unlock rounds on one lock, tasks
+//! bound to CPUs of one node or one per node, the lock alone on its cache
+//! line or embedded beside its data. `spin` reproduces that (`--loops`,
+//! `--pin`, `--layout`) and also has a fixed-time mode (`--seconds`) that
+//! reports throughput. Its [`InCompare`] part runs the timed mode at the
+//! cores and oversubscribed.
 
-use crate::bench::{Layout, Mode, SpinConfig};
+use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
-use crate::locks::{self, LockEntry};
 use crate::output::lab::Lab;
 use crate::output::lock_stats::{lock_stats_text, runs_covered};
-use crate::output::record::{Measured, Record};
+use crate::output::record::{ratio_text, Measured, Record};
+use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
+use crate::peers::mutex::registry::{self as mutexes, MutexEntry, MUTEXES};
+use crate::peers::registry::with_lock_stats;
+use crate::workloads::spin::{Layout, Mode, SpinConfig, SpinLoop};
 use ksync::stat::LockStatSnapshot;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,7 +33,7 @@ pub struct Args {
     /// Comma-separated thread counts; more than the cores is the oversubscribed case.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8])]
     pub threads: Vec<usize>,
-    /// Rounds per thread (seed 001: 5,000,000); the metric is the time until the last thread is done.
+    /// Rounds per thread (Waiman Long's runs: 5,000,000); the metric is the time until the last thread is done.
     #[arg(long, default_value_t = 1_000_000)]
     pub loops: u64,
     /// Stop a --loops run after this many seconds and report it as not finished.
@@ -47,7 +52,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [LayoutArg::Embedded])]
     pub layout: Vec<LayoutArg>,
     /// Thread placement: none, spread (thread k on the k-th allowed CPU, round robin),
-    /// per-node (seed 001's one task per NUMA node), or a CPU list such as 0,1 or 0-3.
+    /// per-node (Waiman Long's one task per NUMA node), or a CPU list such as 0,1 or 0-3.
     #[arg(long, default_value = "none")]
     pub pin: Pin,
     /// Do not time each round: no longest wait, but a leaner loop (the one
@@ -80,21 +85,11 @@ impl std::fmt::Display for LayoutArg {
     }
 }
 
-/// The checked thread counts: at least one, each from 1 to 4096.
-pub fn thread_counts(threads: &[usize]) -> Result<Vec<usize>, String> {
-    if threads.is_empty() || threads.iter().any(|&n| n == 0 || n > 4096) {
-        return Err(format!(
-            "--threads needs thread counts from 1 to 4096, not {threads:?}"
-        ));
-    }
-    Ok(threads.to_vec())
-}
-
 /// Measures one spin point and turns it into a record.
 pub fn measure_spin(
     lab: &mut Lab,
     experiment: &str,
-    lock: &LockEntry,
+    lock: &MutexEntry,
     cfg: &SpinConfig,
     workload: &str,
 ) -> Measured {
@@ -106,7 +101,7 @@ pub fn measure_spin(
 pub fn measure_spin_stats(
     lab: &mut Lab,
     experiment: &str,
-    lock: &LockEntry,
+    lock: &MutexEntry,
     cfg: &SpinConfig,
     workload: &str,
 ) -> (Measured, Option<LockStatSnapshot>) {
@@ -114,7 +109,7 @@ pub fn measure_spin_stats(
     let mut last_stats = None;
     let measured = lab.measure(&label, || {
         ksync::spin::reset_pv_stats();
-        let r = (lock.spin)(cfg);
+        let r = lock.dispatch(SpinLoop(cfg));
         let (min_share, max_share) = r.share_range();
         let mut rec = Record::new(
             experiment,
@@ -220,7 +215,7 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
         }
         row.push(p.show_sig("ops_per_s", 1e-6));
         row.push(best.map_or("-".into(), |b| {
-            crate::output::record::ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+            ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
         }));
         if loops {
             row.push(if finished {
@@ -255,13 +250,13 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
 
 /// Runs `spin`.
 pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
-    let mut locks = locks::chosen(&args.locks)?;
+    let mut locks = mutexes::chosen(&args.locks)?;
     if args.lock_stats {
-        locks = locks::with_lock_stats(locks);
+        locks = with_lock_stats(locks, MUTEXES);
     }
-    let threads = thread_counts(&args.threads)?;
+    let threads = options::thread_counts(&args.threads)?;
     let mode = match args.seconds {
-        Some(s) => Mode::Timed(crate::seconds_arg("--seconds", s)?),
+        Some(s) => Mode::Timed(options::seconds("--seconds", s)?),
         None => {
             if args.loops == 0 || args.loops > 1_000_000_000_000 {
                 return Err(format!(
@@ -271,7 +266,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             }
             Mode::Loops {
                 loops: args.loops,
-                limit: crate::seconds_arg("--time-limit", args.time_limit)?,
+                limit: options::seconds("--time-limit", args.time_limit)?,
             }
         }
     };
@@ -305,7 +300,8 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         Mode::Loops { limit, .. } => limit.min(Duration::from_millis(500)),
     };
     lab.plan((layouts.len() * threads.len() * locks.len()) as u64, each);
-    // elapsed ms (or Mops/s) by lock and thread count, per layout, for the seed-style table.
+    // elapsed ms (or Mops/s) by lock and thread count, per layout, for the
+    // table in Waiman Long's shape.
     let mut grid: BTreeMap<(usize, String, usize), String> = BTreeMap::new();
     for (li, &layout) in layouts.iter().enumerate() {
         let workload = format!("{} lock, cs {}", layout.name(), args.cs_work);
@@ -374,7 +370,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 t.row(row);
             }
             lab.print(&format!(
-                "\n## Seed 001 view, lock {}: {unit}\n\n{}",
+                "\n## Waiman Long's table (unfair qspinlock v10, LKML, May 2014), lock {}: {unit}\n\n{}",
                 layout.name(),
                 t.render()
             ));
@@ -383,117 +379,48 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// `uncontended`'s options.
-#[derive(clap::Args, Debug)]
-pub struct UncontendedArgs {
-    /// Comma-separated lock names (see `list`); default: every core lock.
-    #[arg(long, value_delimiter = ',')]
-    pub locks: Vec<String>,
-    /// Lock + unlock pairs per round.
-    #[arg(long, default_value_t = 5_000_000)]
-    pub iters: u64,
-    /// Rounds; the best is reported.
-    #[arg(long, default_value_t = 5)]
-    pub rounds: u32,
-}
+/// `compare`'s spin part: timed runs at the cores, then oversubscribed,
+/// critical section one increment, the lean loop (throughput ratios).
+pub struct InCompare;
 
-/// Issue 6's bound on the uncontended cost of `Stat`: at most this many
-/// times the bare lock's.
-pub const STAT_OVERHEAD_TARGET: f64 = 1.3;
-
-/// Measures the uncontended cost of `locks` and returns the table and points.
-/// Each `X+stat...` entry measured beside `X` also gets its ratio to `X`
-/// (the cost of the lock statistics), in a column and a note.
-pub fn uncontended_table(
-    lab: &mut Lab,
-    locks: &[LockEntry],
-    iters: u64,
-    rounds: u32,
-) -> (Table, Vec<Measured>) {
-    let points: Vec<Measured> = locks
-        .iter()
-        .map(|l| {
-            lab.measure(&format!("uncontended {}", l.name), || {
-                Record::new("uncontended", "lock + unlock", l.name, l.is_ksync(), 1)
-                    .param("iters", iters)
-                    .param("rounds", rounds)
-                    .metric("ns", (l.uncontended)(iters, rounds))
-            })
-        })
-        .collect();
-    let ns_of = |name: &str| {
-        points
-            .iter()
-            .find(|m| m.record.lock == name)
-            .map(|m| m.get("ns"))
-    };
-    let references = ["cas-floor", "parking_lot", "std"];
-    // `X+stat...` measured beside `X`: the cost of the statistics.
-    let overhead = |p: &Measured| {
-        let base = locks::stat_base(&p.record.lock)?;
-        Some((base.to_string(), p.get("ns") / ns_of(base)?))
-    };
-    let any_overhead = points.iter().any(|p| overhead(p).is_some());
-    let mut table = Table::new(
-        ["lock", "ns / lock+unlock"]
-            .into_iter()
-            .map(String::from)
-            .chain(
-                references
-                    .iter()
-                    .filter(|r| ns_of(r).is_some())
-                    .map(|r| format!("x {r}")),
-            )
-            .chain(any_overhead.then(|| "x bare lock".to_string())),
-    );
-    for p in &points {
-        let mut row = vec![p.record.lock.clone(), p.show("ns", 2)];
-        for r in references {
-            if let Some(base) = ns_of(r) {
-                row.push(format!("{:.2}", p.get("ns") / base));
-            }
-        }
-        if any_overhead {
-            row.push(overhead(p).map_or("-".into(), |(_, r)| format!("{r:.2}")));
-        }
-        table.row(row);
+impl ComparePart for InCompare {
+    fn plan(&self, lab: &mut Lab, quick: &Quick) {
+        let points = quick.threads.len() * mutexes::core().len();
+        lab.plan(points as u64, quick.duration());
     }
-    for p in &points {
-        if let Some((base, ratio)) = overhead(p) {
-            let verdict = if ratio <= STAT_OVERHEAD_TARGET {
-                "within"
-            } else {
-                "OVER"
+
+    fn run(&self, lab: &mut Lab, quick: &Quick) -> Result<Vec<SummaryRow>, String> {
+        let locks = mutexes::core();
+        let mut rows = Vec::new();
+        for &n in &quick.threads {
+            let cfg = SpinConfig {
+                threads: n,
+                mode: Mode::Timed(quick.duration()),
+                cs_work: 0,
+                layout: Layout::Embedded,
+                pin: None,
+                // Throughput ratios: the lean loop (spin reports waits).
+                wait_clock: false,
             };
-            table.note(format!(
-                "{} / {base} = {ratio:.2}x (target <= {STAT_OVERHEAD_TARGET}x: {verdict})",
-                p.record.lock
+            let points: Vec<Measured> = locks
+                .iter()
+                .map(|l| measure_spin(lab, "spin", l, &cfg, "embedded lock, cs 0"))
+                .collect();
+            lab.print(&format!(
+                "\n## spin: {n} threads on one lock ({} per core), {} s, critical section: one increment\n\n{}",
+                n.div_ceil(quick.cores),
+                quick.seconds,
+                spin_table(&points, cfg.mode, false).render()
+            ));
+            rows.push(SummaryRow::from_measured(
+                &format!("spin, {n} threads"),
+                "Mops/s",
+                "ops_per_s",
+                1e-6,
+                true,
+                &usable(&points, &locks),
             ));
         }
+        Ok(rows)
     }
-    (table, points)
-}
-
-/// Runs `uncontended`.
-pub fn run_uncontended(lab: &mut Lab, args: UncontendedArgs) -> Result<(), String> {
-    let locks = locks::chosen(&args.locks)?;
-    if args.iters == 0 || args.iters > 10_000_000_000 || args.rounds == 0 || args.rounds > 1000 {
-        return Err(format!(
-            "--iters must be from 1 to 10^10 and --rounds from 1 to 1000, not {} and {}",
-            args.iters, args.rounds
-        ));
-    }
-    lab.print(&format!("machine: {}\n", lab.machine()));
-    lab.plan(
-        locks.len() as u64,
-        Duration::from_nanos(args.iters * u64::from(args.rounds) * 10),
-    );
-    let (table, _) = uncontended_table(lab, &locks, args.iters, args.rounds);
-    lab.print(&format!(
-        "\n## Uncontended lock + unlock (best of {} rounds of {})\n\n{}",
-        args.rounds,
-        args.iters,
-        table.render()
-    ));
-    Ok(())
 }

@@ -1,25 +1,22 @@
-//! The measurement loops: uncontended cost, the N-thread spinlock
-//! micro-benchmark (seed 001), and the two-lock mix (seed 004).
-//!
-//! Every loop is generic over the lock type so that each lock's `lock` and
-//! `unlock` are inlined into its own copy of the loop, as they would be in a
-//! user's program.
+//! Waiman Long's spinlock micro-benchmark (unfair qspinlock v10, LKML, May
+//! 2014): N threads on one lock, each doing a fixed number of lock /
+//! critical section / unlock rounds (or running for a fixed time), the lock
+//! embedded beside its data or alone on its cache line.
 
 use crate::harness::affinity::pin_current_thread;
-pub use crate::harness::clock::{relax, relax_ns};
-use crate::harness::clock::{ticks, TickScale};
-use crate::peers::{Apart, Data, LabLock, LockKind};
+use crate::harness::clock::{relax, ticks, TickScale};
+use crate::peers::mutex::{Apart, Data, LabLock, LockKind, MutexVisitor};
 use ksync::stat::LockStatSnapshot;
-use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where the lock word sits relative to the data its critical section writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// The counter right beside the lock word, on its cache line (seed
-    /// 004's case: waiters polling the lock slow the holder's writes).
+    /// The counter right beside the lock word, on its cache line (the case
+    /// of Rik van Riel's proportional backoff: waiters polling the lock slow
+    /// the holder's writes).
     Embedded,
     /// The lock alone on its cache line, the counter on another.
     Standalone,
@@ -34,41 +31,16 @@ impl Layout {
     }
 }
 
-/// Starts a value on a 128-byte boundary, so layouts are what they say
-/// wherever the value lives.
-#[repr(align(128))]
-struct Aligned<T>(T);
-
 /// One thread's counter on its own 128-byte block.
 #[repr(align(128))]
 #[derive(Default)]
 struct Slot(AtomicU64);
 
-/// Nanoseconds per uncontended lock + unlock, best of `rounds` runs of
-/// `iters` pairs (the minimum is the least disturbed by other processes).
-pub fn uncontended<L: LabLock<u64>>(iters: u64, rounds: u32) -> f64 {
-    let lock = Aligned(L::new());
-    let lock = black_box(&lock.0);
-    // Warm up: first use may claim a thread slot or fault in a page.
-    for _ in 0..iters.min(10_000) {
-        lock.with(|v| *v += 1);
-    }
-    let mut best = f64::INFINITY;
-    for _ in 0..rounds.max(1) {
-        let start = Instant::now();
-        for _ in 0..iters {
-            lock.with(|v| *v = black_box(*v) + 1);
-        }
-        best = best.min(start.elapsed().as_nanos() as f64 / iters.max(1) as f64);
-    }
-    best
-}
-
 /// How long a spin run lasts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mode {
-    /// Seed 001: every thread does `loops` rounds; the metric is the time
-    /// until the last one finishes. Past `limit` the run is stopped and
+    /// Waiman Long's micro-benchmark: every thread does `loops` rounds; the
+    /// metric is the time until the last one finishes. Past `limit` the run is stopped and
     /// reported as not finished.
     Loops { loops: u64, limit: Duration },
     /// Rounds completed in a fixed time.
@@ -121,20 +93,8 @@ impl SpinResult {
     /// Smallest and largest per-thread share of the rounds taken while all
     /// threads competed, as a fraction of a fair share (1.0 = fair).
     pub fn share_range(&self) -> (f64, f64) {
-        share_range(&self.competing)
+        super::share_range(&self.competing)
     }
-}
-
-/// Smallest and largest of `counts` over their mean.
-pub fn share_range(counts: &[u64]) -> (f64, f64) {
-    let total: u64 = counts.iter().sum();
-    if total == 0 || counts.is_empty() {
-        return (0.0, 0.0);
-    }
-    let fair = total as f64 / counts.len() as f64;
-    let min = *counts.iter().min().unwrap_or(&0) as f64;
-    let max = *counts.iter().max().unwrap_or(&0) as f64;
-    (min / fair, max / fair)
 }
 
 /// Runs the micro-benchmark on lock kind `K` in the configured layout.
@@ -152,7 +112,7 @@ struct Finish {
 }
 
 fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
-    let lock = Aligned(L::new());
+    let lock = super::Aligned(L::new());
     let lock = &lock.0;
     let threads = cfg.threads;
     let stop = AtomicBool::new(false);
@@ -295,115 +255,20 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
     }
 }
 
-/// One run of seed 004's two-lock mix: each thread takes a hot lock with a
-/// long critical section, then a cold one with a short critical section.
-#[derive(Debug, Clone)]
-pub struct TwoLockConfig {
-    pub threads: usize,
-    pub duration: Duration,
-    /// Relaxes inside the hot lock.
-    pub hot_work: u32,
-    /// Relaxes inside the cold lock.
-    pub cold_work: u32,
-    pub pin: Option<Vec<usize>>,
-}
+/// [`spin`] as a visitor, for a registry entry's lock.
+pub struct SpinLoop<'a>(pub &'a SpinConfig);
 
-/// What one two-lock run measured.
-#[derive(Debug, Clone)]
-pub struct TwoLockResult {
-    /// Rounds (hot + cold) completed, all threads together.
-    pub rounds: u64,
-    pub elapsed: Duration,
-    pub per_thread: Vec<u64>,
-    pub hot_longest: Duration,
-    /// Mean time to take and drop the cold lock, nanoseconds.
-    pub cold_mean_ns: f64,
-    pub cold_longest: Duration,
-    pub exact: bool,
-}
-
-impl TwoLockResult {
-    pub fn rounds_per_sec(&self) -> f64 {
-        self.rounds as f64 / self.elapsed.as_secs_f64()
-    }
-}
-
-/// Runs the two-lock mix on lock kind `K`, both locks embedded in their data.
-pub fn two_lock<K: LockKind>(cfg: &TwoLockConfig) -> TwoLockResult {
-    two_lock_on::<K::Lock<u64>>(cfg)
-}
-
-fn two_lock_on<L: LabLock<u64>>(cfg: &TwoLockConfig) -> TwoLockResult {
-    let hot = Aligned(L::new());
-    let cold = Aligned(L::new());
-    let (hot, cold) = (&hot.0, &cold.0);
-    let stop = AtomicBool::new(false);
-    let start_line = Barrier::new(cfg.threads + 1);
-    let (hot_work, cold_work) = (cfg.hot_work, cfg.cold_work);
-    let (outcomes, elapsed, ns_per_tick) = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..cfg.threads)
-            .map(|me| {
-                let cpu = cfg.pin.as_ref().map(|p| p[me]);
-                let (stop, start_line) = (&stop, &start_line);
-                s.spawn(move || {
-                    if let Some(cpu) = cpu {
-                        pin_current_thread(cpu);
-                    }
-                    start_line.wait();
-                    let (mut rounds, mut hot_longest, mut cold_sum, mut cold_longest) =
-                        (0u64, 0u64, 0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        let t0 = ticks();
-                        hot.with(|v| {
-                            *v += 1;
-                            relax(hot_work);
-                        });
-                        let t1 = ticks();
-                        cold.with(|v| {
-                            *v += 1;
-                            relax(cold_work);
-                        });
-                        let t2 = ticks();
-                        hot_longest = hot_longest.max(t1.wrapping_sub(t0));
-                        let c = t2.wrapping_sub(t1);
-                        cold_sum += c;
-                        cold_longest = cold_longest.max(c);
-                        rounds += 1;
-                    }
-                    (rounds, hot_longest, cold_sum, cold_longest)
-                })
-            })
-            .collect();
-        start_line.wait();
-        let scale = TickScale::start();
-        std::thread::sleep(cfg.duration);
-        stop.store(true, Ordering::Relaxed);
-        let outcomes: Vec<(u64, u64, u64, u64)> = workers
-            .into_iter()
-            .map(|w| w.join().expect("benchmark thread panicked"))
-            .collect();
-        (outcomes, scale.started().elapsed(), scale.ns_per_tick())
-    });
-    let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
-    let rounds: u64 = per_thread.iter().sum();
-    let to_dur = |t: u64| Duration::from_nanos((t as f64 * ns_per_tick) as u64);
-    let cold_sum: u64 = outcomes.iter().map(|o| o.2).sum();
-    let exact = hot.with(|v| *v) == rounds && cold.with(|v| *v) == rounds;
-    TwoLockResult {
-        rounds,
-        elapsed,
-        per_thread,
-        hot_longest: to_dur(outcomes.iter().map(|o| o.1).max().unwrap_or(0)),
-        cold_mean_ns: cold_sum as f64 * ns_per_tick / rounds.max(1) as f64,
-        cold_longest: to_dur(outcomes.iter().map(|o| o.3).max().unwrap_or(0)),
-        exact,
+impl MutexVisitor for SpinLoop<'_> {
+    type Out = SpinResult;
+    fn visit<K: LockKind>(self) -> SpinResult {
+        spin::<K>(self.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::{Api, Std};
+    use crate::peers::mutex::{Api, StatApi, Std};
 
     #[test]
     fn loops_mode_counts_exactly_and_times_the_last_thread() {
@@ -446,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_stat_lock_counts_every_acquisition_of_the_run() {
-        let r = spin::<crate::peers::StatApi<ksync::spin::RawQSpinLock>>(&SpinConfig {
+        let r = spin::<StatApi<ksync::spin::RawQSpinLock>>(&SpinConfig {
             threads: 2,
             mode: Mode::Loops {
                 loops: 3000,
@@ -475,17 +340,5 @@ mod tests {
             wait_clock: false,
         });
         assert!(bare.lock_stats.is_none());
-    }
-
-    #[test]
-    fn two_lock_mix_counts_both_locks() {
-        let r = two_lock::<Api<ksync::spin::RawTicketLock>>(&TwoLockConfig {
-            threads: 2,
-            duration: Duration::from_millis(20),
-            hot_work: 10,
-            cold_work: 1,
-            pin: None,
-        });
-        assert!(r.exact && r.rounds > 0);
     }
 }
