@@ -22,7 +22,7 @@
 //! holder, so it needs at least three threads contending; with fewer cores
 //! than that, preemption of the holder or of the next waiter dominates.
 
-use super::spin::{best_peer, measure_spin, spin_table};
+use super::spin::{best_peer, measure_locks, measure_spin, spin_table};
 use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
 use crate::harness::clock::relax_ns;
@@ -339,10 +339,7 @@ impl ComparePart for InCompare {
             pin: None,
             wait_clock: false,
         };
-        let points: Vec<Measured> = locks
-            .iter()
-            .map(|l| measure_spin(lab, "backoff", l, &cfg, "embedded lock, cs 10"))
-            .collect();
+        let points = measure_locks(lab, "backoff", &locks, &cfg, "embedded lock, cs 10");
         lab.print(&format!(
             "\n## backoff, embedded lock: {n} threads, critical section writes the lock's line + 10 relaxes, {} s\n\n{}",
             quick.seconds,

@@ -113,17 +113,14 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
     ];
     if let Some(c) = o.counters {
         let per = |n: u64| n as f64 / o.total().max(1) as f64;
-        lines.push(format!(
-            "ksync counters: attempts {} visited {} wakeups {} futex_wakes {}",
-            c.attempts, c.visited, c.wakeups, c.futex_wakes
-        ));
-        lines.push(format!(
-            "per worker burn: attempts {:.3} visited {:.3} wakeups {:.3} futex_wakes {:.3}",
-            per(c.attempts),
-            per(c.visited),
-            per(c.wakeups),
-            per(c.futex_wakes)
-        ));
+        let totals: Vec<String> = c.named().iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let means: Vec<String> = c
+            .named()
+            .iter()
+            .map(|(k, n)| format!("{k} {:.3}", per(*n)))
+            .collect();
+        lines.push(format!("ksync counters: {}", totals.join(" ")));
+        lines.push(format!("per worker burn: {}", means.join(" ")));
     }
     if let Some(stats) = &o.lock_stats {
         // Manfred Spraul's debugging lines, times in ns instead of cycles.
@@ -180,11 +177,9 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         );
     }
     if let Some(c) = o.counters {
-        r = r
-            .metric("attempts_per_burn", per_burn(c.attempts))
-            .metric("visited_per_burn", per_burn(c.visited))
-            .metric("wakeups_per_burn", per_burn(c.wakeups))
-            .metric("futex_wakes_per_burn", per_burn(c.futex_wakes));
+        for (name, n) in c.named() {
+            r = r.metric(&format!("{name}_per_burn"), per_burn(n));
+        }
     }
     r
 }

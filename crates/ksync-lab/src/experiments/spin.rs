@@ -96,6 +96,20 @@ pub fn measure_spin(
     measure_spin_stats(lab, experiment, lock, cfg, workload).0
 }
 
+/// [`measure_spin`] for each of `locks`, in order.
+pub fn measure_locks(
+    lab: &mut Lab,
+    experiment: &str,
+    locks: &[&MutexEntry],
+    cfg: &SpinConfig,
+    workload: &str,
+) -> Vec<Measured> {
+    locks
+        .iter()
+        .map(|l| measure_spin(lab, experiment, l, cfg, workload))
+        .collect()
+}
+
 /// [`measure_spin`], also returning the lock statistics of the last run
 /// for a lock that keeps them (a `+stat` entry).
 pub fn measure_spin_stats(
@@ -402,10 +416,7 @@ impl ComparePart for InCompare {
                 // Throughput ratios: the lean loop (spin reports waits).
                 wait_clock: false,
             };
-            let points: Vec<Measured> = locks
-                .iter()
-                .map(|l| measure_spin(lab, "spin", l, &cfg, "embedded lock, cs 0"))
-                .collect();
+            let points = measure_locks(lab, "spin", &locks, &cfg, "embedded lock, cs 0");
             lab.print(&format!(
                 "\n## spin: {n} threads on one lock ({} per core), {} s, critical section: one increment\n\n{}",
                 n.div_ceil(quick.cores),

@@ -148,11 +148,6 @@ fn measure<T>(
 }
 
 fn deep_record(o: &DeepOutcome, b: &SemEntry) -> Record {
-    let per = |pick: fn(&SetCounters) -> u64| {
-        o.counters
-            .as_ref()
-            .map(|c| pick(c) as f64 / o.cycles.max(1) as f64)
-    };
     let mut r = Record::new(
         "wake",
         &format!("deep, post {}", o.post.name()),
@@ -168,17 +163,12 @@ fn deep_record(o: &DeepOutcome, b: &SemEntry) -> Record {
     .metric("cycles", o.cycles as f64)
     .metric("ns_per_cycle", o.ns_per_cycle())
     .metric("ops_per_s", o.cycles as f64 / o.elapsed.as_secs_f64());
-    for (key, pick) in [
-        (
-            "attempts_per_cycle",
-            (|c: &SetCounters| c.attempts) as fn(&SetCounters) -> u64,
-        ),
-        ("visited_per_cycle", |c| c.visited),
-        ("wakeups_per_cycle", |c| c.wakeups),
-        ("futex_wakes_per_cycle", |c| c.futex_wakes),
-    ] {
-        if let Some(v) = per(pick) {
-            r = r.metric(key, v);
+    if let Some(c) = &o.counters {
+        for (name, n) in c.named() {
+            r = r.metric(
+                &format!("{name}_per_cycle"),
+                n as f64 / o.cycles.max(1) as f64,
+            );
         }
     }
     r
@@ -211,33 +201,32 @@ fn bulk_record(o: &BulkOutcome, b: &SemEntry, place: Option<Placement>) -> Recor
         o.per_sleeper_ns(o.last_return()),
     )
     .metric("ops_per_s", n / o.last_return().as_secs_f64().max(1e-9));
-    for (key, pick) in [
-        (
-            "visited_per_sleeper",
-            (|c: &SetCounters| c.visited) as fn(&SetCounters) -> u64,
-        ),
-        ("attempts_per_sleeper", |c| c.attempts),
-        ("wakeups_per_sleeper", |c| c.wakeups),
-        ("futex_wakes_per_sleeper", |c| c.futex_wakes),
-    ] {
-        if let Some(v) = median_per_sleeper(o, pick) {
-            r = r.metric(key, v);
-        }
+    for (name, v) in median_per_sleeper(o) {
+        r = r.metric(&format!("{name}_per_sleeper"), v);
     }
     r
 }
 
-/// The median over the rounds of `pick` per sleeper; `None` without counters.
-fn median_per_sleeper(o: &BulkOutcome, pick: fn(&SetCounters) -> u64) -> Option<f64> {
-    let mut v: Vec<f64> = o
+/// Each counter's median over the rounds, per sleeper; none without counters.
+fn median_per_sleeper(o: &BulkOutcome) -> Vec<(&'static str, f64)> {
+    let rounds: Vec<[(&'static str, u64); 4]> = o
         .rounds
         .iter()
-        .filter_map(|r| r.counters.as_ref())
-        .map(|c| pick(c) as f64 / o.sleepers as f64)
+        .filter_map(|r| r.counters.as_ref().map(SetCounters::named))
         .collect();
-    v.sort_by(f64::total_cmp);
-    let m = median(&v);
-    m.is_finite().then_some(m)
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|k| {
+            let mut v: Vec<f64> = rounds
+                .iter()
+                .map(|named| named[k].1 as f64 / o.sleepers as f64)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (first[k].0, median(&v))
+        })
+        .collect()
 }
 
 /// A metric with its `[min-max]`, or "-" where the backend has none.

@@ -33,6 +33,7 @@ impl<D: Data> LabLock<D> for CasFloor<D> {
 
     #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+        // Acquire pairs with the release store that dropped the lock.
         while self
             .word
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -42,6 +43,7 @@ impl<D: Data> LabLock<D> for CasFloor<D> {
         }
         // SAFETY: we hold the word (see the Sync impl).
         let out = f(unsafe { &mut *self.value.get() });
+        // Release pairs with the acquire compare-and-swap of the next holder.
         self.word.store(0, Ordering::Release);
         out
     }

@@ -11,8 +11,8 @@
 //! rest; [`SemBackend::SYSV`] says which kind a backend is.
 //!
 //! Adding a backend: one `impl SemBackend` in a file of its own and one
-//! line in [`registry`]; it then runs in sembench (and, with full System V
-//! semantics, in wake and semop). Adding an experiment: a [`SemVisitor`].
+//! line in [`registry`]; it then runs in sembench, and with full System V
+//! semantics in wake. Adding an experiment: a [`SemVisitor`].
 
 use ksync::stat::LockStatSnapshot;
 use std::fmt;
@@ -174,6 +174,17 @@ impl SetCounters {
             wakeups: self.wakeups + other.wakeups,
             futex_wakes: self.futex_wakes + other.futex_wakes,
         }
+    }
+
+    /// Each counter with its name, as records key them
+    /// (`{name}_per_burn`, `{name}_per_cycle`, ...).
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [
+            ("attempts", self.attempts),
+            ("visited", self.visited),
+            ("wakeups", self.wakeups),
+            ("futex_wakes", self.futex_wakes),
+        ]
     }
 
     /// What was counted between `before` and `self`.
