@@ -447,3 +447,55 @@ impl SemVisitor for Sembench<'_> {
         run::<B>(self.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::sem::{FutexChain, FutexSems, PosixSems};
+
+    fn small() -> Config {
+        Config {
+            threads: 6,
+            wake: 4,
+            run: Duration::from_millis(50),
+            bind_workers: false,
+            main_cpu: None,
+            pause: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn every_worker_is_posted_and_every_worker_leaves() {
+        for outcome in [
+            run::<FutexSems>(&small()),
+            run::<FutexChain>(&small()),
+            run::<PosixSems>(&small()),
+            run::<ksync::sem::SemSet>(&small()),
+        ] {
+            let o = outcome.unwrap();
+            assert_eq!(o.worker_burns.len(), 6);
+            assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
+            assert!(o.post_calls > 0, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_before_any_thread_starts() {
+        for config in [
+            Config {
+                threads: 0,
+                ..small()
+            },
+            Config {
+                wake: MAX_WAKE + 1,
+                ..small()
+            },
+            Config {
+                run: Duration::ZERO,
+                ..small()
+            },
+        ] {
+            assert!(run::<FutexSems>(&config).is_err());
+        }
+    }
+}

@@ -204,3 +204,67 @@ pub trait SemVisitor {
     type Out;
     fn visit<B: SemBackend>(self) -> Self::Out;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// What `SYSV` promises, checked the same way on every backend that
+    /// claims it.
+    fn has_sysv_semantics<B: SemBackend>() {
+        assert!(B::SYSV);
+        let set = Arc::new(B::create(2).unwrap());
+        assert!(set.set_all(&[1]).is_err(), "SETALL of the wrong length");
+        set.set_all(&[1, 2]).unwrap();
+        assert_eq!((set.value(0), set.value(1)), (Ok(1), Ok(2)));
+        // Two semaphores at once, all or nothing.
+        set.semop(&[B::op(0, -1, false), B::op(1, -2, false)])
+            .unwrap();
+        assert!(set
+            .semop(&[B::op(1, 1, false), B::op(0, -1, true)])
+            .is_err());
+        assert_eq!(set.value(1), Ok(0), "a failed call changed nothing");
+        set.set_value(0, 3).unwrap();
+        assert_eq!(set.value(0), Ok(3));
+        // A sleeper is counted, then removal ends its wait and every later call.
+        let sleeper = {
+            let set = Arc::clone(&set);
+            std::thread::spawn(move || set.semop(&[B::op(1, -1, false)]))
+        };
+        while set.waiters(1).unwrap() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        set.remove();
+        assert_eq!(sleeper.join().unwrap(), Err(SemError::Removed));
+        assert_eq!(set.semop(&[B::op(0, -1, false)]), Err(SemError::Removed));
+    }
+
+    #[test]
+    fn the_kernel_and_ksync_agree_on_sysv_semantics() {
+        has_sysv_semantics::<SysvSet>();
+        has_sysv_semantics::<ksync::sem::SemSet>();
+    }
+
+    #[test]
+    fn counters_add_and_subtract_by_name() {
+        let a = SetCounters {
+            attempts: 5,
+            visited: 4,
+            wakeups: 3,
+            futex_wakes: 2,
+        };
+        let sum = a.plus(a);
+        assert_eq!(sum.since(a), a);
+        assert_eq!(
+            sum.named(),
+            [
+                ("attempts", 10),
+                ("visited", 8),
+                ("wakeups", 6),
+                ("futex_wakes", 4)
+            ]
+        );
+    }
+}
