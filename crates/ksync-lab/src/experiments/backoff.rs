@@ -276,7 +276,7 @@ fn detail_table(workload: Workload, by_threads: &[(usize, Vec<Measured>)]) -> Ta
                     row.push(p.show("cold_longest_us", 1));
                 }
             }
-            row.push(if p.min.get("exact").copied().unwrap_or(0.0) == 1.0 {
+            row.push(if p.in_every_run("exact") {
                 "yes".into()
             } else {
                 "NO".into()

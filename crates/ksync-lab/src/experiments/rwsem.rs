@@ -139,7 +139,7 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
             share(p, "writer", mix.writers),
             p.show_scaled("longest_read_wait_us", 1e-3, 3),
             p.show_scaled("longest_write_wait_us", 1e-3, 3),
-            if p.min.get("exact").copied().unwrap_or(0.0) == 1.0 {
+            if p.in_every_run("exact") {
                 "yes".into()
             } else {
                 "NO: EXCLUSION FAILED".into()

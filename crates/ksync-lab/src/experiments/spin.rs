@@ -211,7 +211,7 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
     let mut table = Table::new(header);
     for p in points {
         let mut row = vec![p.record.lock.clone()];
-        let finished = p.min.get("finished").copied().unwrap_or(0.0) == 1.0;
+        let finished = p.in_every_run("finished");
         if loops {
             row.push(if finished {
                 p.show("elapsed_ms", 1)
@@ -243,7 +243,7 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
         if wait_clock {
             row.push(p.show("longest_wait_us", 1));
         }
-        row.push(if p.min.get("exact").copied().unwrap_or(0.0) == 1.0 {
+        row.push(if p.in_every_run("exact") {
             "yes".into()
         } else {
             "NO: LOST UPDATES".into()
@@ -350,7 +350,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             ));
             lab.print(&lock_stats_text(&stats, &runs_covered(lab.repeat())));
             for p in &points {
-                let finished = p.min.get("finished").copied().unwrap_or(0.0) == 1.0;
+                let finished = p.in_every_run("finished");
                 let cell = match mode {
                     Mode::Loops { .. } if finished => format!("{:.0}", p.get("elapsed_ms")),
                     Mode::Loops { .. } => "DNF".into(),

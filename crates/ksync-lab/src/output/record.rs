@@ -125,6 +125,12 @@ impl Measured {
         self.record.get(key)
     }
 
+    /// Whether a yes/no metric (1 or 0, such as `exact`) was yes in every
+    /// run: its minimum is 1.
+    pub fn in_every_run(&self, key: &str) -> bool {
+        self.min.get(key).copied().unwrap_or(0.0) == 1.0
+    }
+
     /// The median with `decimals` decimals, followed by `[min-max]` when the
     /// point ran more than once.
     pub fn show(&self, key: &str, decimals: usize) -> String {
@@ -199,5 +205,13 @@ mod tests {
         assert_eq!(ratio_text(0.0123), "0.012");
         assert_eq!(ratio_text(0.00031), "0.00031");
         assert_eq!(ratio_text(f64::NAN), "-");
+    }
+
+    #[test]
+    fn a_flag_holds_only_if_every_run_had_it() {
+        let run = |exact: f64| Record::new("spin", "w", "qspin", true, 2).metric("exact", exact);
+        assert!(Measured::from_runs(&[run(1.0), run(1.0)]).in_every_run("exact"));
+        assert!(!Measured::from_runs(&[run(1.0), run(0.0)]).in_every_run("exact"));
+        assert!(!Measured::from_runs(&[run(1.0)]).in_every_run("finished"));
     }
 }
