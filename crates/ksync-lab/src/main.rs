@@ -3,38 +3,33 @@
 //!
 //! `cargo run --release` runs `compare`, the default comparison.
 //!
-//! One module per experiment (`compare`, `spinbench`, `rwsem`, `backoff`,
-//! `torture`, `sembench`, `wake`), each with its clap `Args` and a `run`;
-//! the lock adapters in `peers`, `locks` and `rwsem`; the results pipeline
-//! (`--json`, `--csv`, `--plot`, `--repeat`, progress bar) in `report` and
-//! `plot`.
+//! The layout, dependencies pointing one way, down this list:
+//!
+//! - `experiments/`: one command each, with its clap options; `compare`
+//!   composes the others' quick parts;
+//! - `workloads/`: the measured loops, generic over the lock or backend
+//!   type, knowing no registry;
+//! - `peers/`: one abstraction per kind of primitive (mutex, reader-writer
+//!   lock, semaphore backend), ksync's and the peers' implementations, and
+//!   the registries of their names;
+//! - `output/`: records, medians, tables, JSON/CSV, plots, progress;
+//! - `harness/`: CPU affinity, thread crews, clocks, futex calls, the
+//!   machine description.
 
-mod affinity;
-mod backoff;
-mod bench;
-mod compare;
-mod locks;
-mod machine;
+mod experiments;
+mod harness;
+mod output;
 mod peers;
-mod plot;
-mod report;
-mod rwsem;
-mod sembench;
-mod semop;
-mod spinbench;
-mod sysv;
-mod table;
-mod torture;
-mod wake;
+mod workloads;
 
 use clap::{Parser, Subcommand};
-use report::Lab;
+use experiments::{
+    backoff, compare, list, rwsem, sembench, semop, show, spin, torture, uncontended, wake,
+};
+use output::files::Outputs;
+use output::lab::Lab;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// Parts other modules add to `compare` (each returns summary rows).
-const COMPARE_EXTRAS: &[compare::Extra] = &[sembench::compare_extra];
 
 #[derive(Parser)]
 #[command(
@@ -71,25 +66,30 @@ enum Command {
     /// The default: a quick run of every experiment, every ksync primitive
     /// beside its peers, ending with one summary table (about a minute).
     Compare(compare::Args),
-    /// Seed 001's spinlock micro-benchmark: N threads, fixed rounds each, elapsed ms.
-    Spin(spinbench::Args),
+    /// Waiman Long's spinlock micro-benchmark (unfair qspinlock v10, LKML, May 2014):
+    /// N threads, fixed rounds each, elapsed ms.
+    Spin(spin::Args),
     /// Uncontended lock + unlock cost of each lock, in nanoseconds.
-    Uncontended(spinbench::UncontendedArgs),
-    /// Seed 002's reader-writer mixes: reads and writes taken in a fixed time.
+    Uncontended(uncontended::Args),
+    /// The reader-writer mixes of Howells and Arcangeli (rw_semaphores, optimisations,
+    /// LKML, April 2001): reads and writes taken in a fixed time.
     Rwsem(rwsem::Args),
-    /// Seed 004's proportional backoff for ticket locks: embedded lock, two-lock mix.
+    /// Rik van Riel's proportional backoff for ticket locks (auto tune spinlock backoff
+    /// delay factor, LKML, January 2013): embedded lock, two-lock mix.
     Backoff(backoff::Args),
     /// locktorture for user space: hammer a lock, check exclusion, flag starvation.
     Torture(torture::Args),
     /// Re-read a --json report: print its records, re-write --csv or --plot from it.
-    Show(ShowArgs),
-    /// Chris Mason's sembench (seed 000): one thread posts batches of sleeping workers.
+    Show(show::Args),
+    /// Chris Mason's sembench, as Manfred Spraul ran it for his April 2010 ipc/sem.c
+    /// series: one thread posts batches of sleeping workers.
     Sembench(sembench::Args),
-    /// Wake-up experiments: seed 003's deep wait list, bulk wake-up of N sleepers.
+    /// Wake-up experiments: Kenneth Chen's deep wait list (ipc semaphore optimization,
+    /// LKML, June 2003), bulk wake-up of N sleepers.
     Wake(wake::Args),
     /// Uncontended semaphore down + up: ksync::sem beside the kernel's SysV semaphores and sem_t.
     Semop(semop::Args),
-    /// The locks the lab knows.
+    /// The locks, mixes and semaphore backends the lab knows.
     List,
 }
 
@@ -102,7 +102,12 @@ fn main() -> ExitCode {
     if let Some(spins) = cli.pv_spin_threshold {
         ksync::spin::set_pv_spin_threshold(spins);
     }
-    if let Err(message) = check_outputs(&cli) {
+    let outputs = Outputs {
+        json: cli.json.clone(),
+        csv: cli.csv.clone(),
+        plot: cli.plot.clone(),
+    };
+    if let Err(message) = check_repeat(cli.repeat).and_then(|()| outputs.check()) {
         eprintln!("ksync-lab: {message}");
         return ExitCode::from(2);
     }
@@ -112,18 +117,25 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let result = match command {
-        Command::Compare(args) => compare::run(&mut lab, args, COMPARE_EXTRAS),
-        Command::Spin(args) => spinbench::run(&mut lab, args),
-        Command::Uncontended(args) => spinbench::run_uncontended(&mut lab, args),
+        Command::Compare(args) => compare::run(&mut lab, args),
+        Command::Spin(args) => spin::run(&mut lab, args),
+        Command::Uncontended(args) => uncontended::run(&mut lab, args),
         Command::Rwsem(args) => rwsem::run(&mut lab, args),
         Command::Backoff(args) => backoff::run(&mut lab, args),
         Command::Torture(args) => torture::run(&mut lab, args),
-        Command::Show(args) => show(args, &cli.csv, &cli.plot),
+        // `show` re-writes --csv and --plot from the report it reads.
+        Command::Show(args) => show::run(
+            args,
+            &Outputs {
+                json: None,
+                ..outputs.clone()
+            },
+        ),
         Command::Sembench(args) => sembench::run(&mut lab, args),
         Command::Wake(args) => wake::run(&mut lab, args),
         Command::Semop(args) => semop::run(&mut lab, args),
         Command::List => {
-            list();
+            list::run();
             Ok(())
         }
     };
@@ -136,7 +148,7 @@ fn main() -> ExitCode {
     let command_line = std::env::args().skip(1).collect();
     let report = lab.finish(command_line);
     if !report.records.is_empty() {
-        if let Err(message) = write_outputs(&report, &cli.json, &cli.csv, &cli.plot) {
+        if let Err(message) = outputs.write(&report) {
             eprintln!("ksync-lab: {message}");
             return ExitCode::from(2);
         }
@@ -150,148 +162,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// `show`'s options.
-#[derive(clap::Args, Debug)]
-struct ShowArgs {
-    /// A report written by --json (a relative path is looked up under the results folder
-    /// first, then as given).
-    file: PathBuf,
-}
-
-/// Re-reads a JSON report, prints its records, and re-writes --csv/--plot from it.
-fn show(args: ShowArgs, csv: &Option<PathBuf>, plot: &Option<PathBuf>) -> Result<(), String> {
-    let resolved = report::resolve_output(&args.file);
-    let path = if resolved.exists() {
-        resolved
-    } else {
-        args.file.clone()
-    };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let report = report::Report::from_json(&text)?;
-    println!(
-        "{} {} `{}`, repeat {}, machine: {}",
-        report.tool,
-        report.version,
-        report.command.join(" "),
-        report.repeat,
-        report.machine
-    );
-    let mut t = table::Table::new([
-        "experiment",
-        "workload",
-        "lock",
-        "threads",
-        "repeat",
-        "metrics",
-    ]);
-    for r in &report.records {
-        let metrics: Vec<String> = r
-            .metrics
-            .iter()
-            .map(|(k, v)| format!("{k}={v:.4}"))
-            .collect();
-        t.row(vec![
-            r.experiment.clone(),
-            r.workload.clone(),
-            r.lock.clone(),
-            r.threads.to_string(),
-            r.repeat.to_string(),
-            metrics.join(" "),
-        ]);
-    }
-    print!("\n{}", t.render());
-    if !report.summary.is_empty() {
-        print!("\n{}", compare::summary_table(&report.summary).render());
-    }
-    write_outputs(&report, &None, csv, plot)
-}
-
-/// Fails early, before anything runs, on output options that cannot work.
-fn check_outputs(cli: &Cli) -> Result<(), String> {
-    if !(1..=1000).contains(&cli.repeat) {
-        return Err(format!(
-            "--repeat must be from 1 to 1000, not {}",
-            cli.repeat
-        ));
-    }
-    if let Some(plot) = &cli.plot {
-        let ext = plot
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        if !matches!(ext.as_deref(), Some("svg" | "png")) {
-            return Err(format!(
-                "--plot {}: the file name must end in .svg or .png",
-                plot.display()
-            ));
-        }
+/// `--repeat` checked: 1 to 1000.
+fn check_repeat(repeat: u32) -> Result<(), String> {
+    if !(1..=1000).contains(&repeat) {
+        return Err(format!("--repeat must be from 1 to 1000, not {repeat}"));
     }
     Ok(())
-}
-
-/// Writes the report to the files asked for, saying where on stderr.
-fn write_outputs(
-    report: &report::Report,
-    json: &Option<PathBuf>,
-    csv: &Option<PathBuf>,
-    plot: &Option<PathBuf>,
-) -> Result<(), String> {
-    if let Some(path) = json {
-        let path = report::resolve_output(path);
-        report::write_file(&path, report.to_json().as_bytes())?;
-        eprintln!("ksync-lab: wrote {}", path.display());
-    }
-    if let Some(path) = csv {
-        let path = report::resolve_output(path);
-        report::write_file(&path, report.to_csv().as_bytes())?;
-        eprintln!("ksync-lab: wrote {}", path.display());
-    }
-    if let Some(path) = plot {
-        let path = report::resolve_output(path);
-        plot::draw(report, &path)?;
-        eprintln!("ksync-lab: wrote {}", path.display());
-    }
-    Ok(())
-}
-
-/// `list`: every lock and mix the lab knows.
-fn list() {
-    println!("mutexes (compare, spin, uncontended, backoff, torture --locks):");
-    for lock in locks::registry_with_busted() {
-        let tag = match lock.origin {
-            locks::Origin::Ksync if lock.core => "ksync",
-            locks::Origin::Ksync => "ksync variant",
-            locks::Origin::Peer => "peer",
-            locks::Origin::Floor => "floor",
-            locks::Origin::Broken => "torture only",
-        };
-        println!("  {:<26} {:<14} {}", lock.name, tag, lock.about);
-    }
-    println!("reader-writer locks (rwsem, torture --rw-locks):");
-    for lock in rwsem::all() {
-        let tag = match (lock.ksync, lock.core) {
-            (true, true) => "ksync",
-            (true, false) => "ksync variant",
-            (false, _) => "peer",
-        };
-        println!("  {:<26} {:<14} {}", lock.name, tag, lock.about);
-    }
-    println!("rwsem mixes (seed 002):");
-    for m in rwsem::MIXES {
-        println!(
-            "  {:<26} {} readers, {} writers, load {} us, interval {} us",
-            m.name, m.readers, m.writers, m.load_us, m.interval_us
-        );
-    }
-}
-
-/// A duration option in seconds, checked: (0, 3600].
-pub fn seconds_arg(flag: &str, seconds: f64) -> Result<Duration, String> {
-    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
-        return Err(format!(
-            "{flag} must be in (0, 3600] seconds, not {seconds}"
-        ));
-    }
-    Ok(Duration::from_secs_f64(seconds))
 }

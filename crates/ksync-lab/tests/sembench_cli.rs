@@ -2,41 +2,27 @@
 //! durations and reports sembench's lines, the records reach `--json`, and
 //! impossible requests fail with a clear message. No performance asserts.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ksync-lab"))
-        .args(args)
-        .env("KSYNC_LAB_RESULTS", scratch("results"))
-        .output()
-        .expect("run ksync-lab")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ksync-lab-sembench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = lab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{args:?} failed: {out:?}");
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{ok, records, refused, scratch};
 
 /// Fails with status 2 and a message containing `needle`, without a panic.
-fn refused(args: &[&str], needle: &str) {
-    let out = lab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+fn refused_with(args: &[&str], needle: &str) {
+    let err = refused(args);
     assert!(
         err.contains(needle),
         "{args:?}: stderr lacks '{needle}': {err}"
     );
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+/// Every record names its backend the one way the registry does, in the
+/// record's `lock` and in its `backend` parameter.
+fn named_by_the_registry(records: &[serde_json::Value], known: &[&str]) {
+    for r in records {
+        let lock = r["lock"].as_str().expect("a lock name");
+        assert!(known.contains(&lock), "{lock}: {r}");
+        assert_eq!(r["params"]["backend"], lock, "{r}");
+    }
 }
 
 #[test]
@@ -55,7 +41,7 @@ fn every_backend_prints_sembench_lines_and_a_comparison() {
         "-o",
         "ipc,futex,posix,ksync",
     ]);
-    for using in ["ipc sem", "futex", "posix sem", "ksync sem"] {
+    for using in ["sysv", "futex", "posix-sem", "ksync-sem"] {
         assert!(
             text.contains(&format!("using {using} operations")),
             "no '{using}' block:\n{text}"
@@ -76,13 +62,11 @@ fn every_backend_prints_sembench_lines_and_a_comparison() {
     assert!(text.contains("main thread burns: "), "{text}");
     assert!(text.contains("worker burn count total "), "{text}");
     assert!(text.contains("ksync counters: attempts "), "{text}");
-    assert!(text.contains("| x ipc"), "{text}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
-            .expect("valid JSON");
-    let records = report["records"].as_array().expect("records");
-    assert_eq!(records.len(), 4, "{report}");
-    for r in records {
+    assert!(text.contains("| x sysv"), "{text}");
+    let records = records(&json);
+    assert_eq!(records.len(), 4, "{records:?}");
+    named_by_the_registry(&records, &["sysv", "futex", "posix-sem", "ksync-sem"]);
+    for r in &records {
         assert_eq!(r["experiment"], "sembench");
         assert_eq!(r["threads"], 8);
         let burns = r["metrics"]["burns_per_s"].as_f64().expect("burns_per_s");
@@ -111,21 +95,21 @@ fn more_workers_than_one_array_and_the_chained_variant() {
         "0,futex-chain",
     ]);
     assert!(text.contains("300 threads, waking 80 at a time"), "{text}");
-    assert!(text.contains("using chained futex operations"), "{text}");
+    assert!(text.contains("using futex-chain operations"), "{text}");
 }
 
 #[test]
 fn impossible_sembench_requests_are_refused() {
-    refused(&["sembench", "-w", "501", "-r", "0.1"], "SEMOPM");
-    refused(&["sembench", "-w", "0", "-r", "0.1"], "-w");
-    refused(&["sembench", "-t", "0", "-r", "0.1"], "-t needs");
-    refused(&["sembench", "-r", "0"], "-r needs");
-    refused(
+    refused_with(&["sembench", "-w", "501", "-r", "0.1"], "SEMOPM");
+    refused_with(&["sembench", "-w", "0", "-r", "0.1"], "-w");
+    refused_with(&["sembench", "-t", "0", "-r", "0.1"], "-t needs");
+    refused_with(&["sembench", "-r", "0"], "-r needs");
+    refused_with(
         &["sembench", "-o", "bogus", "-r", "0.1"],
         "unknown sembench backend",
     );
-    refused(&["sembench", "-o", "ipc,0", "-r", "0.1"], "named twice");
-    refused(
+    refused_with(&["sembench", "-o", "ipc,0", "-r", "0.1"], "named twice");
+    refused_with(
         &["sembench", "--pin-main", "100000", "-r", "0.1"],
         "--pin-main",
     );
@@ -133,7 +117,10 @@ fn impossible_sembench_requests_are_refused() {
 
 #[test]
 fn wake_runs_both_experiments_with_tiny_sizes() {
+    let json = scratch("wake.json");
     let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
         "wake",
         "--heads",
         "0,3",
@@ -152,7 +139,7 @@ fn wake_runs_both_experiments_with_tiny_sizes() {
         assert!(text.contains(header), "no '{header}':\n{text}");
     }
     // ksync rows carry counters (a waker looks at least at the sleeper it
-    // completes), ipc rows a dash.
+    // completes), the kernel's rows a dash.
     let deep_row = |backend: &str| -> Vec<String> {
         let line = text
             .lines()
@@ -161,21 +148,24 @@ fn wake_runs_both_experiments_with_tiny_sizes() {
         line.split('|').map(|c| c.trim().to_string()).collect()
     };
     // Columns: "", backend, post, heads, ns / cycle, attempts, visited, ...
-    let visited: f64 = deep_row("ksync")[6].parse().expect("a number");
+    let visited: f64 = deep_row("ksync-sem")[6].parse().expect("a number");
     assert!(visited >= 0.5, "{text}");
-    assert_eq!(deep_row("ipc")[6], "-", "{text}");
+    assert_eq!(deep_row("sysv")[6], "-", "{text}");
     assert!(
         text.contains("per-sleeper time at 16 / at 8 sleepers"),
         "{text}"
     );
+    let records = records(&json);
+    assert!(!records.is_empty());
+    named_by_the_registry(&records, &["sysv", "ksync-sem"]);
 }
 
 #[test]
 fn impossible_wake_requests_are_refused() {
-    refused(&["wake", "--experiments", "bogus"], "unknown experiment");
-    refused(&["wake", "--sizes", "0"], "--sizes");
-    refused(&["wake", "--later", "0"], "--later");
-    refused(&["wake", "-o", "posix"], "unknown backend");
+    refused_with(&["wake", "--experiments", "bogus"], "unknown experiment");
+    refused_with(&["wake", "--sizes", "0"], "--sizes");
+    refused_with(&["wake", "--later", "0"], "--later");
+    refused_with(&["wake", "-o", "posix"], "unknown backend");
 }
 
 #[test]
@@ -184,15 +174,33 @@ fn sembench_prints_the_array_lock_statistics_for_ksync() {
     assert!(text.contains("array lock: lifetime"), "{text}");
     assert!(
         text.lines().any(|l| l.starts_with("free ")),
-        "no seed line:\n{text}"
+        "no lock statistics line:\n{text}"
     );
 }
 
 #[test]
 fn semop_compares_uncontended_pairs_with_the_kernel() {
-    let text = ok(&["semop", "--iters", "1000", "--rounds", "1"]);
-    for backend in ["ksync-sem", "sysv-sem", "posix-sem"] {
-        assert!(text.contains(backend), "no {backend} row:\n{text}");
+    let json = scratch("semop.json");
+    let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
+        "semop",
+        "--iters",
+        "1000",
+        "--rounds",
+        "1",
+    ]);
+    for backend in ["ksync-sem", "sysv", "posix-sem"] {
+        assert!(
+            text.lines().any(|l| l.contains(&format!("| {backend} "))),
+            "no {backend} row:\n{text}"
+        );
     }
-    refused(&["semop", "--iters", "0"], "--iters");
+    let records = records(&json);
+    assert_eq!(records.len(), 5, "{records:?}");
+    for r in &records {
+        let lock = r["lock"].as_str().unwrap();
+        assert!(["ksync-sem", "sysv", "posix-sem"].contains(&lock), "{r}");
+    }
+    refused_with(&["semop", "--iters", "0"], "--iters");
 }

@@ -1,0 +1,324 @@
+//! `sembench`: Chris Mason's sembench, as Manfred Spraul ran it for his
+//! April 2010 series ("[RFC PATCH 0/3] ipc/sem.c: Optimization for reducing
+//! spinlock contention", LKML), with ksync, a raw futex and POSIX
+//! semaphores beside the kernel's System V semaphores. The driver and the
+//! differences from sembench 0.2 are in `workloads::sembench`; each backend
+//! prints sembench's own lines, then a table compares them.
+
+use super::{ComparePart, Quick};
+use crate::output::lab::Lab;
+use crate::output::record::{Measured, Record};
+use crate::output::summary::SummaryRow;
+use crate::output::table::Table;
+use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::workloads::sembench::{Config, Outcome, Sembench};
+use std::time::Duration;
+
+/// The kernel's backend, the reference of every ratio.
+const KERNEL: &str = "sysv";
+
+/// `ksync-lab sembench`: Chris Mason's post/wait benchmark, as Manfred Spraul
+/// ran it in April 2010.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Worker threads, one semaphore each, 250 per array (sembench's default is 2048; Spraul ran 250).
+    #[arg(short = 't', long = "threads", default_value_t = 250)]
+    pub threads: usize,
+    /// Most workers posted per main-loop iteration, 1 to 500 (SEMOPM); posted in calls of at most 64.
+    #[arg(short = 'w', long = "wake", default_value_t = 64)]
+    pub wake: usize,
+    /// Measured run time, seconds.
+    #[arg(short = 'r', long = "run", default_value_t = 30.0)]
+    pub run: f64,
+    /// Comma-separated backends (see `list`): sysv (the kernel's; also ipc or 0, sembench's
+    /// -o 0), ksync-sem (also ksync), futex (also 2), posix-sem (also posix), futex-chain
+    /// (experiment: each woken worker wakes the next).
+    #[arg(
+        short = 'o',
+        long = "ops",
+        value_delimiter = ',',
+        default_value = "sysv"
+    )]
+    pub backends: Vec<String>,
+    /// Pin the main thread to this CPU during the run (workers are always bound round robin).
+    #[arg(long, value_name = "CPU")]
+    pub pin_main: Option<usize>,
+    /// Leave the workers unbound (sembench binds them: unbound, the scheduler may keep
+    /// everything on one core, as a footnote of Spraul's notes).
+    #[arg(long)]
+    pub no_bind: bool,
+    /// Untimed pause after creating the semaphores, seconds (sembench 0.2 sleeps 10; default 0 here).
+    #[arg(long, default_value_t = 0.0)]
+    pub pause: f64,
+    /// ksync: polls of its status word a blocked semop makes before it sleeps
+    /// (ksync::sem::set_sleeper_spin; default ksync's own).
+    #[arg(long, value_name = "POLLS")]
+    pub sleeper_spin: Option<u32>,
+}
+
+impl Args {
+    fn backends(&self) -> Result<Vec<&'static SemEntry>, String> {
+        let backends = sems::chosen(&self.backends, "sembench backend", |_| true)?;
+        if backends.is_empty() {
+            return Err("-o needs at least one backend".into());
+        }
+        Ok(backends)
+    }
+
+    fn config(&self) -> Result<Config, String> {
+        if !(self.run.is_finite() && self.run > 0.0 && self.run <= 3600.0) {
+            return Err(format!(
+                "-r needs a run time in (0, 3600] seconds, not {}",
+                self.run
+            ));
+        }
+        if !(self.pause.is_finite() && (0.0..=600.0).contains(&self.pause)) {
+            return Err(format!(
+                "--pause needs 0 to 600 seconds, not {}",
+                self.pause
+            ));
+        }
+        let config = Config {
+            threads: self.threads,
+            wake: self.wake,
+            run: Duration::from_secs_f64(self.run),
+            bind_workers: !self.no_bind,
+            main_cpu: self.pin_main,
+            pause: Duration::from_secs_f64(self.pause),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// sembench's output lines (0.2 format) for `backend`'s run, plus ksync's
+/// counters and Manfred Spraul's lock statistics line.
+fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
+    let mut lines = vec![
+        format!("{} threads, waking {} at a time", o.threads, o.wake),
+        format!("using {} operations", backend.name),
+        format!("main thread burns: {}", o.main_burns),
+        format!(
+            "worker burn count total {} min {} max {} avg {}",
+            o.total(),
+            o.min(),
+            o.max(),
+            o.total() / o.worker_burns.len().max(1) as u64
+        ),
+        format!(
+            "run time {} seconds {} worker burns per second",
+            o.run.as_secs_f64(),
+            o.burns_per_sec() as u64
+        ),
+    ];
+    if let Some(c) = o.counters {
+        let per = |n: u64| n as f64 / o.total().max(1) as f64;
+        let totals: Vec<String> = c.named().iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let means: Vec<String> = c
+            .named()
+            .iter()
+            .map(|(k, n)| format!("{k} {:.3}", per(*n)))
+            .collect();
+        lines.push(format!("ksync counters: {}", totals.join(" ")));
+        lines.push(format!("per worker burn: {}", means.join(" ")));
+    }
+    if let Some(stats) = &o.lock_stats {
+        // Manfred Spraul's debugging lines, times in ns instead of cycles.
+        lines.push(format!(
+            "array lock: lifetime {:.0} seconds",
+            stats.elapsed_ns as f64 / 1e9
+        ));
+        lines.push(stats.summary_line());
+    }
+    if o.unbound > 0 {
+        lines.push(format!(
+            "note: {} workers could not be bound to a CPU",
+            o.unbound
+        ));
+    }
+    lines
+}
+
+/// One run's record: `burns_per_s` (also as `ops_per_s`, the throughput
+/// `--plot` draws), the main thread's burns, fairness, ksync's counters.
+fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option<u32>) -> Record {
+    let per_burn = |n: u64| n as f64 / o.total().max(1) as f64;
+    let mut r = Record::new(
+        "sembench",
+        &format!("sembench -w {}", config.wake),
+        backend.name,
+        backend.is_ksync(),
+        config.threads,
+    )
+    .param("backend", backend.name)
+    .param("wake", config.wake)
+    .param("run_s", config.run.as_secs_f64())
+    .param("bind_workers", config.bind_workers)
+    .param(
+        "main_cpu",
+        config.main_cpu.map_or("none".into(), |c| c.to_string()),
+    )
+    .param("pause_s", config.pause.as_secs_f64())
+    .metric("burns_per_s", o.burns_per_sec())
+    .metric("ops_per_s", o.burns_per_sec())
+    .metric("worker_burns", o.total() as f64)
+    .metric("main_burns", o.main_burns as f64)
+    .metric("burns_per_main_burn", o.burns_per_main_burn())
+    .metric("min_burns", o.min() as f64)
+    .metric("max_burns", o.max() as f64)
+    .metric("avg_burns", o.avg())
+    .metric("post_calls", o.post_calls as f64)
+    .metric("elapsed_ms", o.elapsed.as_secs_f64() * 1e3)
+    .metric("unbound_workers", o.unbound as f64);
+    if backend.is_ksync() {
+        r = r.param(
+            "sleeper_spin",
+            sleeper_spin.map_or("default".into(), |p| p.to_string()),
+        );
+    }
+    if let Some(c) = o.counters {
+        for (name, n) in c.named() {
+            r = r.metric(&format!("{name}_per_burn"), per_burn(n));
+        }
+    }
+    r
+}
+
+/// Measures `backend` `--repeat` times through `lab`; `lines` receives each
+/// run's sembench output.
+fn measure(
+    lab: &mut Lab,
+    backend: &SemEntry,
+    config: &Config,
+    sleeper_spin: Option<u32>,
+    lines: &mut Vec<String>,
+) -> Result<Measured, String> {
+    let mut error = None;
+    let label = format!(
+        "sembench -o {} -t {} -w {}",
+        backend.name, config.threads, config.wake
+    );
+    let measured = lab.measure(&label, || match backend.dispatch(Sembench(config)) {
+        Ok(o) => {
+            lines.push(String::new());
+            lines.extend(self::lines(&o, backend));
+            record(&o, backend, config, sleeper_spin)
+        }
+        Err(e) => {
+            error.get_or_insert(e);
+            Record::new(
+                "sembench",
+                "failed",
+                backend.name,
+                backend.is_ksync(),
+                config.threads,
+            )
+        }
+    });
+    match error {
+        Some(e) => Err(format!("sembench -o {}: {e}", backend.name)),
+        None => Ok(measured),
+    }
+}
+
+/// The comparison table: medians (with `[min-max]` over `--repeat` runs),
+/// ratios to the kernel's.
+fn table(points: &[Measured]) -> Table {
+    let base = points
+        .iter()
+        .find(|m| m.record.lock == KERNEL)
+        .map(|m| m.get("burns_per_s"));
+    let mut table = Table::new([
+        "backend",
+        "worker burns/s",
+        "x sysv",
+        "main burns",
+        "burns / main burn",
+        "min",
+        "max",
+        "avg",
+        "futex wakes / burn",
+    ]);
+    for m in points {
+        table.row(vec![
+            m.record.params.get("backend").cloned().unwrap_or_default(),
+            m.show("burns_per_s", 0),
+            base.map_or("-".into(), |b| format!("{:.2}", m.get("burns_per_s") / b)),
+            m.show("main_burns", 0),
+            m.show("burns_per_main_burn", 1),
+            m.show("min_burns", 0),
+            m.show("max_burns", 0),
+            m.show("avg_burns", 0),
+            if m.get("futex_wakes_per_burn").is_finite() {
+                m.show("futex_wakes_per_burn", 3)
+            } else {
+                "-".into()
+            },
+        ]);
+    }
+    table
+}
+
+/// `ksync-lab sembench`: each backend's sembench lines, then a comparison
+/// table when there are several; one record per run.
+pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
+    let backends = args.backends()?;
+    let config = args.config()?;
+    if let Some(polls) = args.sleeper_spin {
+        ksync::sem::set_sleeper_spin(polls);
+    }
+    lab.print(&format!("machine: {}\n", lab.machine()));
+    lab.plan(backends.len() as u64, config.run);
+    let mut points = Vec::with_capacity(backends.len());
+    for backend in backends {
+        let mut lines = Vec::new();
+        let m = measure(lab, backend, &config, args.sleeper_spin, &mut lines)?;
+        lines.push(String::new());
+        lab.print(&lines.join("\n"));
+        points.push(m);
+    }
+    if points.len() > 1 {
+        lab.print(&format!(
+            "\n## sembench -t {} -w {} -r {}: worker burns per second, ratios to sysv\n\n{}",
+            config.threads,
+            config.wake,
+            args.run,
+            table(&points).render()
+        ));
+    }
+    Ok(())
+}
+
+/// `compare`'s sembench part: Spraul's `-t 250 -w 64` for `quick.seconds`
+/// on every core backend (the kernel's, ksync's and the raw futex); one
+/// summary row.
+pub struct InCompare;
+
+impl ComparePart for InCompare {
+    fn plan(&self, lab: &mut Lab, quick: &Quick) {
+        lab.plan(sems::core().len() as u64, quick.duration());
+    }
+
+    fn run(&self, lab: &mut Lab, quick: &Quick) -> Result<Vec<SummaryRow>, String> {
+        let config = Config::spraul_2010(quick.duration());
+        let mut points = Vec::new();
+        for backend in sems::core() {
+            points.push(measure(lab, backend, &config, None, &mut Vec::new())?);
+        }
+        lab.print(&format!(
+            "\n## sembench (Chris Mason's, as Manfred Spraul ran it in April 2010): -t 250 -w 64, \
+             {} s per backend, worker burns per second\n\n{}",
+            quick.seconds,
+            table(&points).render()
+        ));
+        let refs: Vec<&Measured> = points.iter().collect();
+        Ok(vec![SummaryRow::from_measured(
+            "sembench -t 250 -w 64",
+            "burns/s",
+            "burns_per_s",
+            1.0,
+            true,
+            &refs,
+        )])
+    }
+}

@@ -1,0 +1,134 @@
+//! `semop`: the uncontended cost of a semaphore down + up pair, ksync's
+//! `SemSet` beside the kernel's System V semaphores and glibc's `sem_t`.
+//!
+//! One thread takes and gives back one semaphore (value 1) in a loop: the
+//! cost a program pays for a semaphore nobody else wants. ksync's single
+//! operation is one compare-and-swap here; the kernel's is a system call.
+//! Also a two-semaphore atomic operation (a complex call, which takes the
+//! set's global lock in ksync and in the kernel), for the backends with
+//! System V semantics.
+
+use crate::output::lab::Lab;
+use crate::output::record::Record;
+use crate::output::table::Table;
+use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::workloads::semop::PairCost;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Down + up pairs per round for ksync and sem_t (the kernel does 1/50 of them).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub iters: u64,
+    /// Rounds; the best is reported.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+}
+
+/// The backends measured, in table order.
+const BACKENDS: [&str; 3] = ["ksync-sem", "sysv", "posix-sem"];
+
+/// The kernel's backend, the reference of the ratios.
+const KERNEL: &str = "sysv";
+
+/// Pairs the kernel's backend runs, relative to the others: a system call
+/// costs about a hundred times a compare-and-swap.
+const KERNEL_SHARE: u64 = 50;
+
+pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
+    if args.iters < KERNEL_SHARE
+        || args.iters > 10_000_000_000
+        || args.rounds == 0
+        || args.rounds > 1000
+    {
+        return Err(format!(
+            "--iters must be from {KERNEL_SHARE} to 10^10 and --rounds from 1 to 1000, not {} and {}",
+            args.iters, args.rounds
+        ));
+    }
+    let backends: Vec<&'static SemEntry> = BACKENDS
+        .iter()
+        .map(|name| sems::by_name(name).ok_or_else(|| format!("no backend {name}")))
+        .collect::<Result<_, _>>()?;
+    lab.print(&format!("machine: {}\n", lab.machine()));
+    // One semaphore per call on every backend, two on the System V ones.
+    let cases: Vec<(u16, &SemEntry)> = backends
+        .iter()
+        .map(|&b| (1, b))
+        .chain(
+            backends
+                .iter()
+                .filter(|b| b.has_sysv_semantics())
+                .map(|&b| (2, b)),
+        )
+        .collect();
+    lab.plan(
+        cases.len() as u64,
+        Duration::from_nanos(args.iters * u64::from(args.rounds) * 30),
+    );
+    let mut table = Table::new(["semaphores per call", "backend", "ns / down+up", "x sysv"]);
+    for sems in [1u16, 2] {
+        let mut results = Vec::new();
+        for &(n, backend) in cases.iter().filter(|(n, _)| *n == sems) {
+            let iters = if backend.name == KERNEL {
+                (args.iters / KERNEL_SHARE).max(1)
+            } else {
+                args.iters
+            };
+            let mut failure = None;
+            let measured = lab.measure(&format!("semop {} x{n}", backend.name), || {
+                let cost = PairCost {
+                    sems: n,
+                    iters,
+                    rounds: args.rounds,
+                };
+                let ns = backend.dispatch(cost).unwrap_or_else(|e| {
+                    failure = Some(format!("semop {}: {e}", backend.name));
+                    f64::NAN
+                });
+                Record::new(
+                    "semop",
+                    &format!("uncontended down+up, {n} semaphore(s) per call"),
+                    backend.name,
+                    backend.is_ksync(),
+                    1,
+                )
+                .param("semaphores", n)
+                .param("iters", args.iters)
+                .param("rounds", args.rounds)
+                .metric("ns", ns)
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            results.push((backend, measured));
+        }
+        let kernel = results
+            .iter()
+            .find(|(b, _)| b.name == KERNEL)
+            .map(|(_, m)| m.get("ns"));
+        for (backend, m) in &results {
+            let ratio = kernel.map_or("-".into(), |k| format!("{:.1}", k / m.get("ns")));
+            table.row(vec![
+                sems.to_string(),
+                backend.name.to_string(),
+                m.show("ns", 1),
+                ratio,
+            ]);
+        }
+    }
+    table.note(
+        "x sysv: the kernel's time divided by this backend's (higher is faster). \
+         ksync's single operation is one compare-and-swap when nobody waits; two \
+         semaphores per call take the set's global lock, as in the kernel."
+            .into(),
+    );
+    lab.print(&format!(
+        "\n## Uncontended semaphore down + up (best of {} rounds; ksync and sem_t {} pairs, the kernel {})\n\n{}",
+        args.rounds,
+        args.iters,
+        (args.iters / KERNEL_SHARE).max(1),
+        table.render()
+    ));
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! Every semaphore backend the lab knows, by name. Records, tables and
+//! JSON use the name; the command line also takes the aliases, among them
+//! sembench's own `-o 0` (System V) and `-o 2` (futex).
+
+use super::{FutexChain, FutexSems, PosixSems, SemBackend, SemVisitor, SysvSet};
+use crate::peers::names;
+use crate::peers::registry::{registry, Entry, Info, Origin::*};
+
+/// A registered semaphore backend.
+pub type SemEntry = Entry<SemId>;
+
+registry! {
+    /// Every semaphore backend, the kernel's first: the reference.
+    pub static SEM_BACKENDS: [SemId, SemVisitor] = [
+        Sysv(SysvSet) = Info::new(
+            "sysv",
+            Peer,
+            "the kernel's System V semaphores (semget, semtimedop, semctl)",
+        )
+        .aliases(&["ipc", "0"]),
+        KsyncSem(ksync::sem::SemSet) = Info::new(
+            "ksync-sem",
+            Ksync,
+            "ksync::sem::SemSet: System V semantics in user space",
+        )
+        .aliases(&["ksync"]),
+        Futex(FutexSems) = Info::new(
+            "futex",
+            Peer,
+            "a bare futex word per semaphore, one FUTEX_WAKE per post (sembench's -o 2)",
+        )
+        .aliases(&["2"]),
+        Posix(PosixSems) = Info::new("posix-sem", Peer, "glibc sem_t, one per semaphore")
+            .aliases(&["posix"])
+            .variant(),
+        FutexChain(FutexChain) = Info::new(
+            "futex-chain",
+            Peer,
+            "futex words; each woken sleeper wakes the next of its call (an experiment)",
+        )
+        .variant(),
+    ];
+}
+
+/// Whether the backend has System V semantics in full ([`SemBackend::SYSV`]).
+struct HasSysv;
+
+impl SemVisitor for HasSysv {
+    type Out = bool;
+    fn visit<B: SemBackend>(self) -> bool {
+        B::SYSV
+    }
+}
+
+impl SemEntry {
+    /// Whether the backend has System V semantics in full: only those run
+    /// `wake` and the multi-semaphore `semop` cases.
+    pub fn has_sysv_semantics(&self) -> bool {
+        self.dispatch(HasSysv)
+    }
+}
+
+/// The core backends, the kernel's first: `compare`'s sembench part.
+pub fn core() -> Vec<&'static SemEntry> {
+    SEM_BACKENDS.iter().filter(|e| e.core).collect()
+}
+
+/// The backend called `name` (or an alias of it).
+pub fn by_name(name: &str) -> Option<&'static SemEntry> {
+    names::pick(SEM_BACKENDS, &[name.to_string()], "backend", |_| false)
+        .ok()
+        .and_then(|v| v.first().copied())
+}
+
+/// The backends named in `names` (see [`names::pick`]) among those for
+/// which `offered` holds; `what` names them in errors.
+pub fn chosen(
+    names: &[String],
+    what: &str,
+    offered: impl Fn(&SemEntry) -> bool,
+) -> Result<Vec<&'static SemEntry>, String> {
+    let offered: Vec<&'static SemEntry> = SEM_BACKENDS.iter().filter(|e| offered(e)).collect();
+    names::pick(&offered, names, what, |_| false).map(|v| v.into_iter().copied().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_is_sysv_under_every_name() {
+        for name in ["sysv", "ipc", "0"] {
+            assert_eq!(by_name(name).unwrap().name, "sysv");
+        }
+        assert_eq!(by_name("ksync").unwrap().name, "ksync-sem");
+        assert_eq!(by_name("2").unwrap().name, "futex");
+        assert!(by_name("sysv-sem").is_none());
+    }
+
+    #[test]
+    fn only_sets_have_sysv_semantics() {
+        let sets: Vec<&str> = SEM_BACKENDS
+            .iter()
+            .filter(|e| e.has_sysv_semantics())
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(sets, ["sysv", "ksync-sem"]);
+        let core: Vec<&str> = core().iter().map(|e| e.name).collect();
+        assert_eq!(core, ["sysv", "ksync-sem", "futex"]);
+    }
+}

@@ -1,0 +1,63 @@
+//! What the lab's command-line tests share: running the binary, scratch
+//! paths, and the checks every run gets (no panic; the right exit status).
+
+// Each test binary includes this module and uses a different part of it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs `ksync-lab` with `args`, writing relative outputs under the
+/// scratch folder (never into the source tree, whatever a test forgets).
+pub fn lab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ksync-lab"))
+        .args(args)
+        .env("KSYNC_LAB_RESULTS", scratch("results"))
+        .output()
+        .expect("run ksync-lab")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh path under the system's temporary folder, one folder per test
+/// process.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ksync-lab-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// Runs `args`, which must succeed without a panic; returns stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = lab(args);
+    assert!(out.status.success(), "{args:?} failed: {out:?}");
+    assert!(!stderr(&out).contains("panicked"), "{args:?}: {out:?}");
+    stdout(&out)
+}
+
+/// Runs `args`, which must be refused as a usage error (status 2) without
+/// a panic; returns stderr.
+pub fn refused(args: &[&str]) -> String {
+    let out = lab(args);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?} should fail with 2: {out:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    err
+}
+
+/// The records of the JSON report at `path`.
+pub fn records(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("json written");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    report["records"].as_array().expect("records").clone()
+}
