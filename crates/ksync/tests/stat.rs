@@ -1,7 +1,7 @@
 //! `ksync::stat`: contention forced deterministically (a holder sleeps while
 //! a waiter is known to be waiting), counted exactly, waits at least the
 //! enforced delay; histograms sum to the counts; reset, merge, registry, and
-//! the report's table, seed line and JSON.
+//! the report's table, one-line summaries and JSON.
 //!
 //! A test knows a thread is waiting because the raw lock under `Stat` is a
 //! `Probe`, which counts entries into its blocking calls: `Stat` only calls
@@ -522,7 +522,7 @@ fn reset_zeroes_everything_and_restarts_the_window() {
 }
 
 #[test]
-fn per_mille_is_the_seeds_formula() {
+fn per_mille_is_spraul_2010_formula() {
     stat::calibrate();
     let lock: Stat<Probe<RawQSpinLock>> = mutex();
     lock.mark_start();

@@ -1,5 +1,7 @@
 //! System V semaphore sets in user space, with the kernel's `semop` and
-//! `semctl` semantics and the optimisations of seeds 000 and 003.
+//! `semctl` semantics and the optimisations of Manfred Spraul's "ipc/sem.c:
+//! Optimization for reducing spinlock contention" (LKML, April 2010) and
+//! Kenneth W. Chen's "ipc semaphore optimization" (LKML, June 2003).
 //!
 //! A [`SemSet`] is an array of counters on which one call performs several
 //! operations atomically: all of them or none, in array order. An operation
@@ -30,16 +32,16 @@
 //!   operation takes only its semaphore's lock; a complex call switches the
 //!   set to global locking, and it switches back ten global unlocks after the
 //!   last complex sleeper left (the kernel's hysteresis).
-//! * **The waker completes the sleeper** (seed 003): a waker performs the
+//! * **The waker completes the sleeper** (Chen, 2003): a waker performs the
 //!   sleeper's operation for it, under the lock, and publishes the result in
 //!   the sleeper's status word with a release store. The sleeper returns it
 //!   without retaking any lock: no retry, no rescan.
-//! * **Wake-ups after the locks are dropped** (seed 000): futex wakes are
+//! * **Wake-ups after the locks are dropped** (Spraul, 2010): futex wakes are
 //!   collected under the lock and issued after it is released.
-//! * **O(N) bulk wake-ups** (seed 000): per-semaphore wait lists, so an
+//! * **O(N) bulk wake-ups** (Spraul, 2010): per-semaphore wait lists, so an
 //!   increment of 64 semaphores looks at their 64 sleepers only; a scan
 //!   restarts only when a skipped sleeper could have become runnable.
-//! * **Hot state on its own cache line** (seed 000): each semaphore (lock,
+//! * **Hot state on its own cache line** (Spraul, 2010): each semaphore (lock,
 //!   value, lists) has its own line; the mode word everyone reads is apart
 //!   from the global lock everyone writes.
 //! * **Lock-free single operations**: a single operation on a semaphore
@@ -65,7 +67,7 @@
 //!
 //! [`SemCounters`] show the work: operation attempts, list entries visited,
 //! wake-ups, and how many of those needed a futex call. [`SemSet::lock_stats`]
-//! shows the global lock itself (free, contended, wait), as seed 000
+//! shows the global lock itself (free, contended, wait), as Spraul's series
 //! measured the kernel's array lock.
 //!
 //! # Differences from the kernel

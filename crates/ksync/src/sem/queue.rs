@@ -5,7 +5,8 @@
 //! a list is only touched by a thread that holds the lock protecting it (see
 //! `set.rs`), so a queued node's fields are stable while a waker reads them.
 //!
-//! The status word is the whole handshake (seed 003's "no retry"):
+//! The status word is the whole handshake (the "no retry" of Kenneth W.
+//! Chen's "ipc semaphore optimization", LKML, June 2003):
 //!
 //! | status | meaning | written by |
 //! |---|---|---|
@@ -18,8 +19,9 @@
 //! that moment the owner may return and its frame may be gone, so the waker
 //! never touches the node again: if the swap returned `PARKED` it keeps the
 //! word's address and issues the futex wake after it dropped every lock
-//! (seed 000: wake-ups outside the lock), through a raw pointer used as a key
-//! only. A stray wake of whatever lives at that address later is a spurious
+//! (wake-ups outside the lock, from Manfred Spraul's "ipc/sem.c: Optimization
+//! for reducing spinlock contention", LKML, April 2010), through a raw
+//! pointer used as a key only. A stray wake of whatever lives at that address later is a spurious
 //! wake-up, which every futex sleeper in ksync tolerates.
 //!
 //! The owner spins on the word for a short while before it parks, and the

@@ -33,7 +33,7 @@
 //! set in global mode). The [`Held`] token passed around says which lock the
 //! caller holds.
 //!
-//! # Wait lists (seed 000, seed 003)
+//! # Wait lists (Spraul 2010, Chen 2003)
 //!
 //! A blocked single operation waits on its semaphore's `alter` list (a
 //! decrement) or `zero` list (wait-for-zero); a blocked complex operation on
@@ -54,7 +54,8 @@
 //! something and a skipped entry waits for a value to reach zero; or it
 //! changed an undo adjustment and a skipped entry has one). Without
 //! that, waking N complex sleepers in reverse order of arrival costs N²
-//! evaluations (seed 000's first patch); with it, a bulk wake is O(N).
+//! evaluations (the first patch of Spraul's 2010 series); with it, a bulk
+//! wake is O(N).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -76,8 +77,8 @@ use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 /// per-semaphore mode after a single global unlock.
 const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
 
-/// The global (array) lock, instrumented: seed 000 found its answer by
-/// counting this lock's free and contended acquisitions. Per-semaphore locks
+/// The global (array) lock, instrumented: Spraul's 2010 series found its
+/// answer by counting this lock's free and contended acquisitions. Per-semaphore locks
 /// stay bare, because a statistics block (about 0.7 KiB) per semaphore would
 /// push a large set out of the cache.
 #[cfg(not(loom))]
@@ -159,8 +160,8 @@ impl Counters {
     }
 }
 
-/// How much work the set's wakers did, for the lab (seed 003's tries per
-/// wake-up). Counted since the set was created.
+/// How much work the set's wakers did, for the lab (Kenneth Chen's tries per
+/// wake-up, LKML, June 2003). Counted since the set was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SemCounters {
     /// Evaluations of an operation: each caller's own try plus every
@@ -207,7 +208,7 @@ const GLOBAL: u32 = 1 << 18;
 /// The set was removed.
 const REMOVED: u32 = 1 << 19;
 
-/// One semaphore, alone on its cache line (seed 000's third patch). The
+/// One semaphore, alone on its cache line (the third patch of Spraul's 2010 series). The
 /// fields a single operation touches come first.
 #[repr(C)]
 struct Sem {
@@ -1425,12 +1426,12 @@ impl SemSet {
         Ok(())
     }
 
-    /// Statistics of the set's global (array) lock, the lock seed 000
-    /// instrumented in the kernel: complex operations, control calls, and
-    /// single operations while the set is in global mode take it (lock-free
-    /// and per-semaphore operations do not). Print its
-    /// [`summary_line`](crate::stat::LockStatSnapshot::summary_line) for the seed's
-    /// `free F contended C wait W avg A 1/1000 cpu time P`.
+    /// Statistics of the set's global (array) lock, the lock Spraul's 2010
+    /// ipc/sem.c series instrumented in the kernel: complex operations,
+    /// control calls, and single operations while the set is in global mode
+    /// take it (lock-free and per-semaphore operations do not). Print its
+    /// [`summary_line`](crate::stat::LockStatSnapshot::summary_line) for that
+    /// series' `free F contended C wait W avg A 1/1000 cpu time P`.
     #[cfg(not(loom))]
     pub fn lock_stats(&self) -> crate::stat::LockStatSnapshot {
         self.shared.global.lock.snapshot()

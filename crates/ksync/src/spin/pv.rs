@@ -11,9 +11,11 @@
 //!
 //! A fair queue spinlock hands the lock to a particular thread. When that
 //! thread is preempted everyone behind it spins until the scheduler runs it
-//! again (seed 001). The paravirt lock fixes both halves: waiters stop
-//! spinning after a while and sleep, and while the queue head sleeps newly
-//! arriving threads may take the lock from under it.
+//! again (Waiman Long, "[PATCH v10 13/19] unfair qspinlock: Enable lock
+//! stealing in lock waiters", LKML and xen-devel, May 2014). The paravirt
+//! lock fixes both halves: waiters stop spinning after a while and sleep, and
+//! while the queue head sleeps newly arriving threads may take the lock from
+//! under it.
 //!
 //! # State
 //!

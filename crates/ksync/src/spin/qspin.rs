@@ -78,8 +78,10 @@
 //! # Oversubscription
 //!
 //! The queue is FIFO: when threads outnumber cores, a preempted waiter stalls
-//! everyone queued behind it, exactly the problem of seed 001. Use
-//! [`RawPvQSpinLock`](super::RawPvQSpinLock) there.
+//! everyone queued behind it, exactly the problem of Waiman Long's "[PATCH
+//! v10 13/19] unfair qspinlock: Enable lock stealing in lock waiters" (LKML
+//! and xen-devel, May 2014). Use [`RawPvQSpinLock`](super::RawPvQSpinLock)
+//! there.
 
 use core::ptr;
 

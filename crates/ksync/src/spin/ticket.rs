@@ -45,8 +45,9 @@
 //! Every waiter spins on the one lock word, so each handover costs a cache
 //! line transfer to every waiter, and the more waiters poll, the slower the
 //! holder's own accesses to data on that line become. Proportional backoff
-//! (Rik van Riel's RFC, Dec 2012 to Jan 2013; seed 004 is Michel Lespinasse's
-//! review of it) makes a waiter with `k` threads ahead spin about `k` times
+//! (Rik van Riel, "[PATCH 3/5] x86,smp: auto tune spinlock backoff delay
+//! factor", LKML, January 2013, and Michel Lespinasse's review of it, LKML,
+//! 10 January 2013) makes a waiter with `k` threads ahead spin about `k` times
 //! the expected hold time *without touching the lock*, then look again. The
 //! waiting half is a [`TicketWait`] policy, a type parameter of
 //! [`RawTicketLock`]:
@@ -77,10 +78,12 @@
 //!   [`GUEST_MAX_DELAY`] (`16 * 256`) for a virtualised host, where the
 //!   hypervisor's pause-loop exiting already backs off
 //!   ([`AutoTunedBackoffGuest`], [`AutoTunedPerLockGuest`]);
-//! * `MIN`: [`MIN_DELAY`] (`1.0`) by default; seed 004 asks for it to be
-//!   tunable, since the real floor is the lock's cache-line transfer time;
-//! * `SMOOTH_DECAY`: `false` is v3's decay above; `true` is the one seed 004
-//!   proposes, `delay -= (delay - MIN) / 32`, with no condition.
+//! * `MIN`: [`MIN_DELAY`] (`1.0`) by default; Lespinasse's review asks for it
+//!   to be tunable, since the real floor is the lock's cache-line transfer
+//!   time;
+//! * `SMOOTH_DECAY`: `false` is v3's decay above; `true` is the one
+//!   Lespinasse's review proposes, `delay -= (delay - MIN) / 32`, with no
+//!   condition.
 //!
 //! [`AutoTunedBackoff`] uses the same arithmetic as [`AutoTunedPerLock`] so
 //! that, in ksync-lab's backoff experiment, the only difference between them
@@ -754,7 +757,7 @@ pub type DefaultDelayStorage = NoDelayStorage;
 ///
 /// Parameters (fixed point, `256` = one relax per waiter ahead): `MAX` caps
 /// the delay (a `MAX` below `MIN` acts as `MIN`); `S` holds it; `MIN` is its
-/// floor and starting value; `SMOOTH_DECAY` picks seed 004's
+/// floor and starting value; `SMOOTH_DECAY` picks Lespinasse's
 /// `delay -= (delay - MIN) / 32` over v3's decay.
 ///
 /// ```
@@ -809,7 +812,8 @@ impl<const MAX: u32, S: DelayStorage, const MIN: u32, const SMOOTH_DECAY: bool> 
 ///     lock_api::Mutex::new(0);
 /// *capped.lock() += 1;
 ///
-/// // Seed 004's refinements: a floor of 32.0 and the condition-free decay.
+/// // Lespinasse's refinements (his review of van Riel's patch 3/5, January
+/// // 2013): a floor of 32.0 and the condition-free decay.
 /// type Refined = AutoTunedPerLock<NATIVE_MAX_DELAY, DefaultDelayStorage, { 32 * DELAY_ONE }, true>;
 /// let refined: lock_api::Mutex<RawTicketLock<Refined>, u64> = lock_api::Mutex::new(0);
 /// *refined.lock() += 1;

@@ -2,9 +2,10 @@
 //! threads waited for it, how long it was held, as the kernel's lock
 //! statistics report them.
 //!
-//! Seed 000 found why SysV semaphores were slow by counting, on the array
-//! spinlock, the acquisitions that found it free and those that had to wait,
-//! and the cycles spent waiting: 91% of acquisitions waited and 47% of all
+//! Manfred Spraul's "ipc/sem.c: Optimization for reducing spinlock
+//! contention" (LKML, April 2010) found why SysV semaphores were slow by
+//! counting, on the array spinlock, the acquisitions that found it free and
+//! those that had to wait, and the cycles spent waiting: 91% of acquisitions waited and 47% of all
 //! CPU time went into spinning. No profile showed that so plainly. Users of
 //! `parking_lot` have asked for these numbers for years (its issues 82 and
 //! 176); [`Stat`] gives them for any lock, cheaply enough to leave on.
@@ -14,8 +15,8 @@
 //! `R` has), so `lock_api::Mutex<Stat<R>, T>` is a drop-in replacement for
 //! `lock_api::Mutex<R, T>`. Snapshots ([`LockStatSnapshot`]) sum over several
 //! locks; a [`Registry`] of named locks prints one [`Report`] of all of them,
-//! as a table like the kernel's `/proc/lock_stat`, as JSON, or in the seed's
-//! one-line form.
+//! as a table like the kernel's `/proc/lock_stat`, as JSON, or in the one-line
+//! form of Spraul's debugging patch.
 //!
 //! ```
 //! use ksync::spin::RawQSpinLock;
@@ -46,7 +47,7 @@
 //!
 //! # What it costs
 //!
-//! An acquisition first tries the lock (as the seed's patch did with
+//! An acquisition first tries the lock (as Spraul's patch did with
 //! `spin_trylock`). If that succeeds, the only extra work is bumping a
 //! counter; a writer does that with a plain load and store, not an atomic
 //! read-modify-write, because it holds the lock and nobody else writes that
@@ -90,7 +91,7 @@
 //!
 //! # The per-mille figure
 //!
-//! The seed's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
+//! Spraul's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
 //! the share of the whole machine's time that went into waiting for this
 //! lock. For a spinlock that is CPU time burnt; for a sleeping lock such as
 //! [`RawRwSem`](crate::rwsem::RawRwSem) it is time threads spent blocked.
