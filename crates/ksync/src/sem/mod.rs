@@ -86,6 +86,7 @@ mod lock;
 mod queue;
 mod set;
 mod undo;
+mod word;
 
 pub use error::SemError;
 pub use lock::RawSemLock;

@@ -67,6 +67,7 @@ use super::error::SemError;
 use super::lock::RawSemLock;
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::undo::{SemUndo, UndoEntry};
+use super::word::{self, LockFree, GLOBAL, HELD, REMOVED};
 use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
@@ -196,26 +197,15 @@ struct SemLists {
     zero: WaitList,
 }
 
-/// Bits of a semaphore's [`Sem::word`] besides its value. Any of them set
-/// sends single operations on it to the locked path.
-const VALUE_MASK: u32 = 0xffff;
-/// A per-semaphore lock holder is working on this semaphore.
-const HELD: u32 = 1 << 16;
-/// Its wait lists are not empty: a change must look at them.
-const SLEEPERS: u32 = 1 << 17;
-/// The set is in global mode.
-const GLOBAL: u32 = 1 << 18;
-/// The set was removed.
-const REMOVED: u32 = 1 << 19;
-
 /// One semaphore, alone on its cache line (the third patch of Spraul's 2010 series). The
 /// fields a single operation touches come first.
 #[repr(C)]
 struct Sem {
-    /// The value (low 16 bits) and the flags above. A single operation with
-    /// no flag set is done with one compare-and-swap and no lock (see
-    /// [`SetShared::try_lock_free`]); everything else sets or finds a flag
-    /// first, so under a lock the value can be read and written plainly.
+    /// The value and the flags that keep lock-free operations off it (see
+    /// `word.rs`). A single operation with no flag set is done with one
+    /// compare-and-swap and no lock ([`SetShared::try_lock_free`]);
+    /// everything else sets or finds a flag first, so under a lock the value
+    /// can be read and written plainly.
     word: AtomicU32,
     /// Process id of the last modifier, 0 if none (GETPID).
     pid: AtomicI32,
@@ -506,10 +496,7 @@ impl SetShared {
     fn publish_word(&self, held: &Held, num: usize, lift: u32) {
         let word = &self.sems[num].word;
         let current = word.load(Ordering::Relaxed);
-        let mut next = current & !(HELD | SLEEPERS | lift);
-        if self.has_sleepers(held, num) {
-            next |= SLEEPERS;
-        }
+        let next = word::published(current, lift, self.has_sleepers(held, num));
         word.store(next, Ordering::Release);
     }
 
@@ -577,16 +564,16 @@ impl SetShared {
     // ---- evaluation -------------------------------------------------------
 
     fn value(&self, num: usize) -> i32 {
-        (self.sems[num].word.load(Ordering::Relaxed) & VALUE_MASK) as i32
+        word::value_of(self.sems[num].word.load(Ordering::Relaxed))
     }
 
     /// Sets a value under a lock that covers it. A flag is set on the word
     /// (HELD or GLOBAL), so no lock-free operation can change it meanwhile.
     fn set_value_locked(&self, num: usize, value: i32) {
         let word = &self.sems[num].word;
-        let flags = word.load(Ordering::Relaxed) & !VALUE_MASK;
-        debug_assert!(flags & (HELD | GLOBAL) != 0);
-        word.store(flags | value as u32, Ordering::Relaxed);
+        let current = word.load(Ordering::Relaxed);
+        debug_assert!(current & (HELD | GLOBAL) != 0);
+        word.store(word::with_value(current, value), Ordering::Relaxed);
     }
 
     /// Whether semaphore `num` has sleepers on its own lists.
@@ -609,29 +596,14 @@ impl SetShared {
         let word = &self.sems[num].word;
         let mut current = word.load(Ordering::Acquire);
         loop {
-            if current & !VALUE_MASK != 0 {
-                return None;
-            }
-            let value = current as i32;
-            if sop.op == 0 {
-                if value != 0 {
-                    return would_block();
-                }
-                break;
-            }
-            let result = value + i32::from(sop.op);
-            if result < 0 {
-                return would_block();
-            }
-            if result > SEMVMX {
-                return Some(Err(SemError::Range));
-            }
-            match word.compare_exchange_weak(
-                current,
-                result as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            let next = match word::lock_free_step(current, sop.op) {
+                LockFree::Locked => return None,
+                LockFree::WouldBlock => return would_block(),
+                LockFree::Range => return Some(Err(SemError::Range)),
+                LockFree::Satisfied => break,
+                LockFree::Store(next) => next,
+            };
+            match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(now) => current = now,
             }
