@@ -81,17 +81,20 @@
 //!   process); [`SemSet::semop`] with `SEM_UNDO` fails with
 //!   [`SemError::Invalid`].
 
+mod counters;
 mod error;
 mod lock;
 mod queue;
 mod set;
+mod stamp;
 mod undo;
 mod word;
 
+pub use counters::SemCounters;
 pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
-pub use set::{SemCounters, SemSet, SemStat};
+pub use set::{SemSet, SemStat};
 pub use undo::SemUndo;
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).

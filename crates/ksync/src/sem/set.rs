@@ -63,9 +63,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_utils::CachePadded;
 use lock_api::RawMutex;
 
+use super::counters::{Counters, SemCounters};
 use super::error::SemError;
 use super::lock::RawSemLock;
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
+use super::stamp::{current_pid, now_secs, system_time};
 use super::undo::{SemUndo, UndoEntry};
 use super::word::{self, LockFree, GLOBAL, HELD, REMOVED};
 use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
@@ -133,48 +135,6 @@ impl Held {
             Held::Global(_) => true,
         }
     }
-}
-
-/// Event counters of one lock's domain, written only by that lock's holder
-/// (a load and a store, no locked instruction) and summed by readers.
-#[derive(Default)]
-struct Counters {
-    attempts: CounterU64,
-    visited: CounterU64,
-    wakeups: CounterU64,
-    futex_wakes: CounterU64,
-}
-
-impl Counters {
-    fn bump(counter: &CounterU64, by: u64) {
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(by),
-            Ordering::Relaxed,
-        );
-    }
-
-    fn add_to(&self, sum: &mut SemCounters) {
-        sum.attempts += self.attempts.load(Ordering::Relaxed);
-        sum.visited += self.visited.load(Ordering::Relaxed);
-        sum.wakeups += self.wakeups.load(Ordering::Relaxed);
-        sum.futex_wakes += self.futex_wakes.load(Ordering::Relaxed);
-    }
-}
-
-/// How much work the set's wakers did, for the lab (Kenneth Chen's tries per
-/// wake-up, LKML, June 2003). Counted since the set was created.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SemCounters {
-    /// Evaluations of an operation: each caller's own try plus every
-    /// re-evaluation of a sleeper by a waker.
-    pub attempts: u64,
-    /// Wait-list entries a waker looked at.
-    pub visited: u64,
-    /// Sleepers whose result a waker delivered (success or error).
-    pub wakeups: u64,
-    /// Of those, sleepers that had gone to sleep in the kernel and needed a
-    /// futex wake (the others were still polling).
-    pub futex_wakes: u64,
 }
 
 /// What `IPC_STAT` reports.
@@ -332,47 +292,6 @@ fn scan(sops: &[SemBuf]) -> Scan {
         }
     }
     s
-}
-
-/// The process id the kernel would record (cached: `getpid` is a system call).
-fn current_pid() -> i32 {
-    use crate::sync::unmodelled::AtomicI32 as PidCache;
-    use std::sync::Once;
-    static PID: PidCache = PidCache::new(0);
-    static AT_FORK: Once = Once::new();
-    extern "C" fn forget_pid() {
-        PID.store(0, Ordering::Relaxed);
-    }
-    let pid = PID.load(Ordering::Relaxed);
-    if pid != 0 {
-        return pid;
-    }
-    AT_FORK.call_once(|| {
-        // SAFETY: registers a handler that only stores to an atomic, which
-        // is async-signal-safe as the child side of fork requires.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
-    });
-    let pid = std::process::id() as i32;
-    PID.store(pid, Ordering::Relaxed);
-    pid
-}
-
-/// Seconds since the epoch (`sem_otime` only has second resolution).
-fn now_secs() -> u64 {
-    // SAFETY: time(NULL) writes nothing; on x86-64 and AArch64 glibc answers
-    // it from the vDSO with one load, cheaper than clock_gettime.
-    let secs = unsafe { libc::time(core::ptr::null_mut()) };
-    if secs > 0 {
-        secs as u64
-    } else {
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs().max(1))
-    }
-}
-
-fn system_time(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }
 
 fn decode(status: u32) -> Result<(), SemError> {
