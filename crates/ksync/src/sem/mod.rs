@@ -87,6 +87,7 @@ mod lock;
 mod queue;
 mod set;
 mod stamp;
+mod state;
 mod undo;
 mod word;
 

@@ -65,9 +65,10 @@ use lock_api::RawMutex;
 
 use super::counters::{Counters, SemCounters};
 use super::error::SemError;
-use super::lock::RawSemLock;
+use super::lock::{new_global_lock, GlobalLock, RawSemLock};
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
+use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::{SemUndo, UndoEntry};
 use super::word::{self, LockFree, GLOBAL, HELD, REMOVED};
 use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
@@ -80,29 +81,6 @@ use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 /// per-semaphore mode after a single global unlock.
 const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
 
-/// The global (array) lock, instrumented: Spraul's 2010 series found its
-/// answer by counting this lock's free and contended acquisitions. Per-semaphore locks
-/// stay bare, because a statistics block (about 0.7 KiB) per semaphore would
-/// push a large set out of the cache.
-#[cfg(not(loom))]
-type GlobalLock = crate::stat::Stat<RawSemLock>;
-/// Under loom the bare lock: the statistics are not part of the protocol.
-#[cfg(loom)]
-type GlobalLock = RawSemLock;
-type GlobalGuard = <GlobalLock as RawMutex>::Guard;
-type SemGuard = <RawSemLock as RawMutex>::Guard;
-
-fn new_global_lock() -> GlobalLock {
-    #[cfg(not(loom))]
-    {
-        let lock = crate::stat::Stat::new(RawSemLock::new());
-        lock.mark_start();
-        lock
-    }
-    #[cfg(loom)]
-    RawSemLock::new()
-}
-
 fn acquire<L: RawMutex>(lock: &L) -> L::Guard {
     lock.lock()
 }
@@ -114,6 +92,9 @@ unsafe fn release<L: RawMutex>(lock: &L, guard: L::Guard) {
     // SAFETY: per the caller's contract.
     unsafe { lock.unlock(guard) }
 }
+
+type GlobalGuard = <GlobalLock as RawMutex>::Guard;
+type SemGuard = <RawSemLock as RawMutex>::Guard;
 
 /// Which of the set's locks the caller holds.
 pub(super) enum Held {
@@ -147,74 +128,6 @@ pub struct SemStat {
     /// Time of creation or of the last `SETVAL` / `SETALL`.
     pub ctime: SystemTime,
 }
-
-/// Wait lists of one semaphore.
-#[derive(Default)]
-struct SemLists {
-    /// Blocked single decrements (the kernel's `pending_alter`).
-    alter: WaitList,
-    /// Blocked single wait-for-zero operations (`pending_const`).
-    zero: WaitList,
-}
-
-/// One semaphore, alone on its cache line (the third patch of Spraul's 2010 series). The
-/// fields a single operation touches come first.
-#[repr(C)]
-struct Sem {
-    /// The value and the flags that keep lock-free operations off it (see
-    /// `word.rs`). A single operation with no flag set is done with one
-    /// compare-and-swap and no lock ([`SetShared::try_lock_free`]);
-    /// everything else sets or finds a flag first, so under a lock the value
-    /// can be read and written plainly.
-    word: AtomicU32,
-    /// Process id of the last modifier, 0 if none (GETPID).
-    pid: AtomicI32,
-    /// Seconds since the epoch of the last successful operation whose first
-    /// operation named this semaphore (the kernel shards `sem_otime`).
-    otime: CounterU64,
-    lists: UnsafeCell<SemLists>,
-    counters: Counters,
-    lock: RawSemLock,
-}
-
-/// State only the global lock protects.
-struct Global {
-    lock: GlobalLock,
-    /// Sleeping complex operations (the kernel's `complex_count`).
-    complex_count: AtomicU32,
-    /// Blocked complex alter operations, and every blocked alter operation
-    /// while one of those exists.
-    alter: UnsafeCell<WaitList>,
-    /// Blocked complex wait-for-zero operations.
-    zero: UnsafeCell<WaitList>,
-    counters: Counters,
-    ctime: CounterU64,
-}
-
-/// Read on every call, written rarely: kept off the lock's cache line.
-struct Mode {
-    /// Non-zero: single operations take the global lock too.
-    use_global: AtomicU32,
-    /// Set by `remove`.
-    deleted: AtomicBool,
-}
-
-/// The shared part of a set; undo contexts hold a weak reference to it.
-pub(crate) struct SetShared {
-    mode: CachePadded<Mode>,
-    global: CachePadded<Global>,
-    sems: Box<[CachePadded<Sem>]>,
-    /// Every undo context's entry for this set (the kernel's `list_id`).
-    undo_list: Mutex<Vec<Arc<UndoEntry>>>,
-}
-
-// SAFETY: the wait lists hold pointers to sleeper nodes, touched only under
-// the lock that protects the list while the sleeper is blocked (see
-// `queue.rs`); every other field is atomic or a Mutex.
-unsafe impl Send for SetShared {}
-// SAFETY: as for Send: all shared mutation goes through atomics or through
-// UnsafeCells accessed under the locks described in the module documentation.
-unsafe impl Sync for SetShared {}
 
 /// The outcome of evaluating one operation against the current values.
 enum Attempt {
@@ -303,14 +216,6 @@ fn decode(status: u32) -> Result<(), SemError> {
 }
 
 impl SetShared {
-    pub(super) fn nsems(&self) -> usize {
-        self.sems.len()
-    }
-
-    fn is_deleted(&self) -> bool {
-        self.mode.deleted.load(Ordering::Acquire)
-    }
-
     fn counters(&self, held: &Held) -> &Counters {
         match held {
             Held::Sem(n, _) => &self.sems[*n].counters,
@@ -481,19 +386,6 @@ impl SetShared {
     }
 
     // ---- evaluation -------------------------------------------------------
-
-    fn value(&self, num: usize) -> i32 {
-        word::value_of(self.sems[num].word.load(Ordering::Relaxed))
-    }
-
-    /// Sets a value under a lock that covers it. A flag is set on the word
-    /// (HELD or GLOBAL), so no lock-free operation can change it meanwhile.
-    fn set_value_locked(&self, num: usize, value: i32) {
-        let word = &self.sems[num].word;
-        let current = word.load(Ordering::Relaxed);
-        debug_assert!(current & (HELD | GLOBAL) != 0);
-        word.store(word::with_value(current, value), Ordering::Relaxed);
-    }
 
     /// Whether semaphore `num` has sleepers on its own lists.
     fn has_sleepers(&self, held: &Held, num: usize) -> bool {
@@ -851,15 +743,6 @@ impl SetShared {
         if set_otime {
             let num = sops.map_or(0, |s| usize::from(s[0].num));
             self.touch_otime(num);
-        }
-    }
-
-    fn touch_otime(&self, num: usize) {
-        let now = now_secs();
-        let otime = &self.sems[num].otime;
-        // Only write when the second changed: the line stays clean.
-        if otime.load(Ordering::Relaxed) != now {
-            otime.store(now, Ordering::Relaxed);
         }
     }
 

@@ -19,7 +19,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use super::set::SetShared;
+use super::state::SetShared;
 use super::SemError;
 use crate::sync::{AtomicI32, Ordering};
 
