@@ -84,6 +84,7 @@
 mod counters;
 mod error;
 mod lock;
+mod mode;
 mod queue;
 mod set;
 mod stamp;

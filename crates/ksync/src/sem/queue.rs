@@ -193,7 +193,7 @@ impl Sleeper {
 
 /// A pointer to a queued [`Sleeper`]. Lists only hold nodes whose owners are
 /// blocked inside the call, and only lock holders touch them.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct NodeRef(NonNull<Sleeper>);
 
 // SAFETY: a NodeRef is only dereferenced by a thread holding the lock that

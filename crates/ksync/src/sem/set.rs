@@ -1,37 +1,5 @@
-//! [`SemSet`]: the semaphore array, its two locking modes, the operation
-//! itself and the queue scans that complete sleepers.
-//!
-//! # Locks (the kernel's `sem_lock`)
-//!
-//! Every semaphore has its own lock, and the set has a global one. A call
-//! with one operation takes only its semaphore's lock; a call with several,
-//! and every control call, takes the global lock and switches the set to
-//! global mode: `use_global` is set to [`HYSTERESIS`] and every semaphore
-//! lock is taken and released once, which waits out the single-operation
-//! calls already inside. A single-operation call reads `use_global` after
-//! taking its semaphore's lock (acquire) and falls back to the global lock
-//! while it is non-zero. Each global unlock with no complex sleeper left
-//! counts `use_global` down; the last step is a release store of 0 that
-//! pairs with that acquire load, so the next per-semaphore holder sees
-//! everything the global holders did.
-//!
-//! A single operation without `SEM_UNDO` on a semaphore nobody waits on takes
-//! no lock at all: the value shares a word with four flags (`HELD`: a
-//! per-semaphore holder is at work; `SLEEPERS`: its lists are not empty;
-//! `GLOBAL`: the set is in global mode; `REMOVED`), and with all four clear
-//! the operation is one compare-and-swap. Such an operation can neither
-//! enable nor disturb anybody. A per-semaphore holder sets `HELD` right after
-//! taking the lock; entering global mode sets `GLOBAL` on every semaphore in
-//! the same pass that waits out their holders; each clears its flag (and
-//! recomputes `SLEEPERS`) with a release store when it is done. So under a
-//! lock the value can still be read and written with plain loads and stores.
-//!
-//! In short, a semaphore's value, undo adjustments and wait lists are protected by
-//! its own lock in per-semaphore mode and by the global lock in global mode;
-//! the global wait lists and `complex_count` only by the global lock (they
-//! are empty in per-semaphore mode: a sleeping complex operation keeps the
-//! set in global mode). The [`Held`] token passed around says which lock the
-//! caller holds.
+//! [`SemSet`]: the semaphore array, the operation itself and the queue
+//! scans that complete sleepers.
 //!
 //! # Wait lists (Spraul 2010, Chen 2003)
 //!
@@ -61,62 +29,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_utils::CachePadded;
-use lock_api::RawMutex;
 
 use super::counters::{Counters, SemCounters};
 use super::error::SemError;
-use super::lock::{new_global_lock, GlobalLock, RawSemLock};
+use super::lock::{new_global_lock, RawSemLock};
+use super::mode::{Held, HYSTERESIS};
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::{SemUndo, UndoEntry};
-use super::word::{self, LockFree, GLOBAL, HELD, REMOVED};
+use super::word::{GLOBAL, REMOVED};
 use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
-
-/// Global unlocks a set stays in global mode after a complex operation (the
-/// kernel's `USE_GLOBAL_LOCK_HYSTERESIS`): switching back and forth costs a
-/// pass over every semaphore lock. Under loom 1, so that models reach
-/// per-semaphore mode after a single global unlock.
-const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
-
-fn acquire<L: RawMutex>(lock: &L) -> L::Guard {
-    lock.lock()
-}
-
-/// # Safety
-///
-/// `guard` came from [`acquire`] on this `lock`.
-unsafe fn release<L: RawMutex>(lock: &L, guard: L::Guard) {
-    // SAFETY: per the caller's contract.
-    unsafe { lock.unlock(guard) }
-}
-
-type GlobalGuard = <GlobalLock as RawMutex>::Guard;
-type SemGuard = <RawSemLock as RawMutex>::Guard;
-
-/// Which of the set's locks the caller holds.
-pub(super) enum Held {
-    /// Semaphore `.0`'s own lock, in per-semaphore mode.
-    Sem(usize, SemGuard),
-    /// The global lock, in global mode.
-    Global(GlobalGuard),
-}
-
-impl Held {
-    fn is_global(&self) -> bool {
-        matches!(self, Held::Global(_))
-    }
-
-    /// Whether this lock protects semaphore `num`.
-    fn covers(&self, num: usize) -> bool {
-        match self {
-            Held::Sem(n, _) => *n == num,
-            Held::Global(_) => true,
-        }
-    }
-}
 
 /// What `IPC_STAT` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,219 +141,6 @@ fn decode(status: u32) -> Result<(), SemError> {
 }
 
 impl SetShared {
-    fn counters(&self, held: &Held) -> &Counters {
-        match held {
-            Held::Sem(n, _) => &self.sems[*n].counters,
-            Held::Global(_) => &self.global.counters,
-        }
-    }
-
-    // ---- locking ----------------------------------------------------------
-
-    /// Takes the lock for a call with one operation on `num` (the kernel's
-    /// `sem_lock` with `nsops == 1`).
-    fn lock_single(&self, num: usize) -> Held {
-        let sem = &self.sems[num];
-        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
-            let guard = acquire(&sem.lock);
-            // Pairs with the release store that ends global mode, and with
-            // complexmode_enter's pass over the semaphore locks.
-            if self.mode.use_global.load(Ordering::Acquire) == 0 {
-                // Keeps lock-free operations off the value from now on; the
-                // RMW also reads the latest value they left.
-                sem.word.fetch_or(HELD, Ordering::Acquire);
-                return Held::Sem(num, guard);
-            }
-            // SAFETY: we took this lock just above.
-            unsafe { release(&sem.lock, guard) };
-        }
-        let global = acquire(&self.global.lock);
-        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
-            // Global mode ended while we waited. It cannot start again while
-            // we hold the global lock, so no re-check is needed.
-            let guard = acquire(&sem.lock);
-            sem.word.fetch_or(HELD, Ordering::Acquire);
-            // SAFETY: taken just above.
-            unsafe { release(&self.global.lock, global) };
-            return Held::Sem(num, guard);
-        }
-        Held::Global(global)
-    }
-
-    /// Takes the global lock and enters global mode (complex operations,
-    /// control calls, undo, removal).
-    fn lock_global(&self) -> Held {
-        let guard = acquire(&self.global.lock);
-        let was_global = self.mode.use_global.load(Ordering::Relaxed) > 0;
-        self.mode.use_global.store(HYSTERESIS, Ordering::Relaxed);
-        if !was_global {
-            // Wait out every per-semaphore holder: whoever takes a semaphore
-            // lock after this pass sees `use_global` set and backs off.
-            // The GLOBAL flag stops lock-free operations the same way.
-            for sem in self.sems.iter() {
-                let g = acquire(&sem.lock);
-                sem.word.fetch_or(GLOBAL, Ordering::Acquire);
-                // SAFETY: taken just above.
-                unsafe { release(&sem.lock, g) };
-            }
-        }
-        Held::Global(guard)
-    }
-
-    /// The lock a call with these operations needs.
-    fn lock_for(&self, sops: &[SemBuf]) -> Held {
-        if sops.len() == 1 {
-            self.lock_single(usize::from(sops[0].num))
-        } else {
-            self.lock_global()
-        }
-    }
-
-    fn unlock(&self, held: Held) {
-        match &held {
-            Held::Sem(num, _) => self.publish_word(&held, *num, 0),
-            Held::Global(_) => {
-                if self.global.complex_count.load(Ordering::Relaxed) == 0 {
-                    self.unmerge_queues();
-                    let n = self.mode.use_global.load(Ordering::Relaxed);
-                    if n <= 1 {
-                        // Leave global mode: lift GLOBAL from every
-                        // semaphore, then publish everything done in global
-                        // mode to the next per-semaphore holder (see
-                        // lock_single). Nothing below touches a semaphore.
-                        for num in 0..self.nsems() {
-                            self.publish_word(&held, num, GLOBAL);
-                        }
-                        self.mode.use_global.store(0, Ordering::Release);
-                    } else {
-                        self.mode.use_global.store(n - 1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-        match held {
-            // SAFETY: `held` proves we hold this lock.
-            Held::Sem(num, guard) => unsafe { release(&self.sems[num].lock, guard) },
-            // SAFETY: `held` proves we hold the global lock.
-            Held::Global(guard) => unsafe { release(&self.global.lock, guard) },
-        }
-    }
-
-    /// Ends a locked stretch on semaphore `num`: clears `HELD` and `lift`,
-    /// and sets `SLEEPERS` to whether its lists are non-empty, with a
-    /// release store that hands the value to the next lock-free operation.
-    fn publish_word(&self, held: &Held, num: usize, lift: u32) {
-        let word = &self.sems[num].word;
-        let current = word.load(Ordering::Relaxed);
-        let next = word::published(current, lift, self.has_sleepers(held, num));
-        word.store(next, Ordering::Release);
-    }
-
-    // ---- list access (all under the lock named by `held`) ----------------
-
-    fn with_sem_lists<R>(&self, held: &Held, num: usize, f: impl FnOnce(&mut SemLists) -> R) -> R {
-        debug_assert!(held.covers(num));
-        // SAFETY: `held` covers semaphore `num` (checked above in debug
-        // builds; every caller derives `num` from the operation it locked
-        // for), so nobody else touches these lists; the reference does not
-        // escape `f`.
-        self.sems[num].lists.with_mut(|l| f(unsafe { &mut *l }))
-    }
-
-    fn with_global_alter<R>(&self, held: &Held, f: impl FnOnce(&mut WaitList) -> R) -> R {
-        assert!(held.is_global());
-        // SAFETY: we hold the global lock, which protects the global lists.
-        self.global.alter.with_mut(|l| f(unsafe { &mut *l }))
-    }
-
-    fn with_global_zero<R>(&self, held: &Held, f: impl FnOnce(&mut WaitList) -> R) -> R {
-        assert!(held.is_global());
-        // SAFETY: as in with_global_alter.
-        self.global.zero.with_mut(|l| f(unsafe { &mut *l }))
-    }
-
-    fn global_alter_is_empty(&self, held: &Held) -> bool {
-        // In per-semaphore mode the global lists are empty by construction.
-        !held.is_global() || self.with_global_alter(held, |l| l.is_empty())
-    }
-
-    /// Splices every per-semaphore alter list into the global one, so that
-    /// alter operations keep their order relative to a complex sleeper.
-    fn merge_queues(&self, held: &Held) {
-        for num in 0..self.nsems() {
-            let mut moved = self.with_sem_lists(held, num, |l| core::mem::take(&mut l.alter));
-            if !moved.is_empty() {
-                // The kernel splices each list at the head, in semaphore order.
-                self.with_global_alter(held, |g| {
-                    moved.append(g);
-                    *g = moved;
-                });
-            }
-        }
-    }
-
-    /// Moves the (all single-operation) global alter entries back to their
-    /// semaphores once no complex sleeper is left. Global lock held.
-    fn unmerge_queues(&self) {
-        // SAFETY: called from `unlock` with the global lock held.
-        let entries = self
-            .global
-            .alter
-            .with_mut(|l| core::mem::take(unsafe { &mut *l }));
-        for node in entries {
-            // SAFETY: queued nodes are alive while we hold the lock.
-            let num = usize::from(unsafe { node.get().sops() }[0].num);
-            // SAFETY: global lock held, so the semaphore's lists are ours.
-            self.sems[num]
-                .lists
-                .with_mut(|l| unsafe { (*l).alter.push_back(node) });
-        }
-    }
-
-    // ---- evaluation -------------------------------------------------------
-
-    /// Whether semaphore `num` has sleepers on its own lists.
-    fn has_sleepers(&self, held: &Held, num: usize) -> bool {
-        self.with_sem_lists(held, num, |l| !l.alter.is_empty() || !l.zero.is_empty())
-    }
-
-    /// A single operation without a lock, when nothing else is going on
-    /// with its semaphore: no lock holder, no sleepers, not global mode, not
-    /// removed, and no `SEM_UNDO`. Then the operation is one compare-and-swap
-    /// on the value (acquire and release, like a lock) and can neither enable
-    /// nor disturb anybody. `None`: take the locked path.
-    #[inline]
-    fn try_lock_free(&self, sop: &SemBuf) -> Option<Result<(), SemError>> {
-        let num = usize::from(sop.num);
-        if sop.flags & SEM_UNDO != 0 || num >= self.nsems() {
-            return None;
-        }
-        let would_block = || (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
-        let word = &self.sems[num].word;
-        let mut current = word.load(Ordering::Acquire);
-        loop {
-            let next = match word::lock_free_step(current, sop.op) {
-                LockFree::Locked => return None,
-                LockFree::WouldBlock => return would_block(),
-                LockFree::Range => return Some(Err(SemError::Range)),
-                LockFree::Satisfied => break,
-                LockFree::Store(next) => next,
-            };
-            match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(now) => current = now,
-            }
-        }
-        let pid = current_pid();
-        let sem_pid = &self.sems[num].pid;
-        // Racy but harmless: every thread of the process stores the same pid.
-        if sem_pid.load(Ordering::Relaxed) != pid {
-            sem_pid.store(pid, Ordering::Relaxed);
-        }
-        self.touch_otime(num);
-        Some(Ok(()))
-    }
-
     /// Tries `op` against the current values, all or nothing, in array order
     /// (the kernel's `perform_atomic_semop`). On success the values, the undo
     /// adjustments and the pids are updated. The caller holds a lock that
@@ -938,6 +650,12 @@ impl SemSet {
     /// The number of semaphores.
     pub fn nsems(&self) -> usize {
         self.shared.nsems()
+    }
+
+    /// The shared state, for the unit tests of the modules that work on it.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn shared(&self) -> &SetShared {
+        &self.shared
     }
 
     /// Performs `sops` atomically, blocking until that is possible, like
