@@ -85,6 +85,7 @@ mod counters;
 mod error;
 mod lock;
 mod mode;
+mod perform;
 mod queue;
 mod set;
 mod stamp;

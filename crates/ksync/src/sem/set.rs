@@ -34,12 +34,13 @@ use super::counters::{Counters, SemCounters};
 use super::error::SemError;
 use super::lock::{new_global_lock, RawSemLock};
 use super::mode::{Held, HYSTERESIS};
+use super::perform::{scan, Attempt, Op};
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::{SemUndo, UndoEntry};
 use super::word::{GLOBAL, REMOVED};
-use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 
@@ -52,14 +53,6 @@ pub struct SemStat {
     pub otime: Option<SystemTime>,
     /// Time of creation or of the last `SETVAL` / `SETALL`.
     pub ctime: SystemTime,
-}
-
-/// The outcome of evaluating one operation against the current values.
-enum Attempt {
-    Done,
-    /// Would block at this index of the operation array.
-    Blocked(usize),
-    Failed(SemError),
 }
 
 /// A System V semaphore set with the kernel's `semop` / `semctl` semantics.
@@ -91,47 +84,6 @@ impl core::fmt::Debug for SemSet {
     }
 }
 
-/// The operation a caller or a sleeper wants, as the evaluator needs it.
-struct Op<'a> {
-    sops: &'a [SemBuf],
-    undo: Option<&'a UndoEntry>,
-    dupsop: bool,
-}
-
-/// What a first look at an operation array found (the kernel's pre-scan).
-struct Scan {
-    max: usize,
-    undos: bool,
-    alter: bool,
-    dupsop: bool,
-}
-
-fn scan(sops: &[SemBuf]) -> Scan {
-    let mut s = Scan {
-        max: 0,
-        undos: false,
-        alter: false,
-        dupsop: false,
-    };
-    // A bitmap of semaphore numbers modulo 64 that an earlier operation
-    // altered: a later one on the same number needs the sequential
-    // evaluation. False positives only cost the slower path.
-    let mut altered = 0u64;
-    for sop in sops {
-        let bit = 1u64 << (sop.num % 64);
-        s.max = s.max.max(usize::from(sop.num));
-        s.undos |= sop.flags & SEM_UNDO != 0;
-        if altered & bit != 0 {
-            s.dupsop = true;
-        }
-        if sop.op != 0 {
-            s.alter = true;
-            altered |= bit;
-        }
-    }
-    s
-}
-
 fn decode(status: u32) -> Result<(), SemError> {
     if status == DONE {
         Ok(())
@@ -141,110 +93,6 @@ fn decode(status: u32) -> Result<(), SemError> {
 }
 
 impl SetShared {
-    /// Tries `op` against the current values, all or nothing, in array order
-    /// (the kernel's `perform_atomic_semop`). On success the values, the undo
-    /// adjustments and the pids are updated. The caller holds a lock that
-    /// covers every semaphore `op` names.
-    fn perform(&self, held: &Held, op: &Op<'_>) -> Attempt {
-        Counters::bump(&self.counters(held).attempts, 1);
-        if op.dupsop {
-            return self.perform_sequential(op);
-        }
-        // First pass: check only. The first operation that blocks or fails
-        // decides, so a later out-of-range value is not reported if an
-        // earlier operation blocks.
-        for (i, sop) in op.sops.iter().enumerate() {
-            let num = usize::from(sop.num);
-            let value = self.value(num);
-            if sop.op == 0 && value != 0 {
-                return blocked(i, sop);
-            }
-            let result = value + i32::from(sop.op);
-            if result < 0 {
-                return blocked(i, sop);
-            }
-            if result > SEMVMX {
-                return Attempt::Failed(SemError::Range);
-            }
-            if sop.flags & SEM_UNDO != 0 {
-                let adj = undo_of(op).get(num) - i32::from(sop.op);
-                if !(-(SEMAEM + 1)..=SEMAEM).contains(&adj) {
-                    return Attempt::Failed(SemError::Range);
-                }
-            }
-        }
-        // Second pass: apply.
-        let pid = current_pid();
-        for sop in op.sops {
-            let num = usize::from(sop.num);
-            if sop.flags & SEM_UNDO != 0 {
-                let undo = undo_of(op);
-                undo.set(num, undo.get(num) - i32::from(sop.op));
-            }
-            self.set_value_locked(num, self.value(num) + i32::from(sop.op));
-            self.sems[num].pid.store(pid, Ordering::Relaxed);
-        }
-        Attempt::Done
-    }
-
-    /// The evaluation for arrays that touch a semaphore more than once:
-    /// apply each operation to the live values so later ones see earlier
-    /// ones, and roll everything back on a block or an error.
-    fn perform_sequential(&self, op: &Op<'_>) -> Attempt {
-        let mut outcome = None;
-        let mut applied = 0;
-        for (i, sop) in op.sops.iter().enumerate() {
-            let num = usize::from(sop.num);
-            let value = self.value(num);
-            if sop.op == 0 && value != 0 {
-                outcome = Some(blocked(i, sop));
-                break;
-            }
-            let result = value + i32::from(sop.op);
-            if result < 0 {
-                outcome = Some(blocked(i, sop));
-                break;
-            }
-            if result > SEMVMX {
-                outcome = Some(Attempt::Failed(SemError::Range));
-                break;
-            }
-            if sop.flags & SEM_UNDO != 0 {
-                let undo = undo_of(op);
-                let adj = undo.get(num) - i32::from(sop.op);
-                if !(-(SEMAEM + 1)..=SEMAEM).contains(&adj) {
-                    outcome = Some(Attempt::Failed(SemError::Range));
-                    break;
-                }
-                undo.set(num, adj);
-            }
-            self.set_value_locked(num, result);
-            applied = i + 1;
-        }
-        match outcome {
-            None => {
-                let pid = current_pid();
-                for sop in op.sops {
-                    self.sems[usize::from(sop.num)]
-                        .pid
-                        .store(pid, Ordering::Relaxed);
-                }
-                Attempt::Done
-            }
-            Some(outcome) => {
-                for sop in op.sops[..applied].iter().rev() {
-                    let num = usize::from(sop.num);
-                    self.set_value_locked(num, self.value(num) - i32::from(sop.op));
-                    if sop.flags & SEM_UNDO != 0 {
-                        let undo = undo_of(op);
-                        undo.set(num, undo.get(num) + i32::from(sop.op));
-                    }
-                }
-                outcome
-            }
-        }
-    }
-
     // ---- completing sleepers ----------------------------------------------
 
     /// Re-evaluates a queued sleeper.
@@ -587,21 +435,6 @@ impl SetShared {
         }
         count
     }
-}
-
-fn blocked(index: usize, sop: &SemBuf) -> Attempt {
-    if sop.flags & IPC_NOWAIT != 0 {
-        Attempt::Failed(SemError::Again)
-    } else {
-        Attempt::Blocked(index)
-    }
-}
-
-fn undo_of<'a>(op: &Op<'a>) -> &'a UndoEntry {
-    // A SEM_UNDO operation always comes with an entry: semop_undo fetches one
-    // before locking, and semop refuses SEM_UNDO without a context.
-    op.undo
-        .expect("SEM_UNDO operation without an undo entry (checked before locking)")
 }
 
 impl SemSet {

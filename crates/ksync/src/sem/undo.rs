@@ -29,7 +29,8 @@ pub(crate) struct UndoEntry {
 }
 
 impl UndoEntry {
-    fn new(nsems: usize) -> Self {
+    /// Zero adjustments for a set of `nsems` semaphores.
+    pub(super) fn new(nsems: usize) -> Self {
         UndoEntry {
             adj: (0..nsems).map(|_| AtomicI32::new(0)).collect(),
         }
