@@ -81,6 +81,7 @@
 //!   process); [`SemSet::semop`] with `SEM_UNDO` fails with
 //!   [`SemError::Invalid`].
 
+mod complete;
 mod counters;
 mod error;
 mod lock;
