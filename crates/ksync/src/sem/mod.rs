@@ -92,6 +92,7 @@ mod set;
 mod stamp;
 mod state;
 mod undo;
+mod undo_entry;
 mod word;
 
 pub use counters::SemCounters;

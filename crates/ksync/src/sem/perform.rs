@@ -26,7 +26,7 @@ use super::error::SemError;
 use super::mode::Held;
 use super::stamp::current_pid;
 use super::state::SetShared;
-use super::undo::UndoEntry;
+use super::undo_entry::UndoEntry;
 use super::{SemBuf, IPC_NOWAIT, SEMAEM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 

@@ -36,7 +36,7 @@ use core::ptr::NonNull;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::undo::UndoEntry;
+use super::undo_entry::UndoEntry;
 use super::SemBuf;
 use crate::futex::{self, Wake};
 use crate::relax::cpu_relax;

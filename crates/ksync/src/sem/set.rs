@@ -15,7 +15,7 @@ use super::perform::{scan, Attempt, Op};
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
-use super::undo::{SemUndo, UndoEntry};
+use super::undo::SemUndo;
 use super::word::{GLOBAL, REMOVED};
 use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
@@ -66,53 +66,6 @@ fn decode(status: u32) -> Result<(), SemError> {
         Ok(())
     } else {
         Err(SemError::from_errno(status as i32).unwrap_or(SemError::Invalid))
-    }
-}
-
-impl SetShared {
-    pub(super) fn register_undo(&self, entry: Arc<UndoEntry>) -> Result<(), SemError> {
-        let mut list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
-        if self.is_deleted() {
-            return Err(SemError::Removed);
-        }
-        list.push(entry);
-        Ok(())
-    }
-
-    /// Applies a dropped context's adjustments (the kernel's `exit_sem`).
-    pub(super) fn apply_undo(&self, entry: &Arc<UndoEntry>) {
-        let held = self.lock_global();
-        let mut wakeups = Wakeups::default();
-        if !self.is_deleted() {
-            self.undo_list
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|e| !Arc::ptr_eq(e, entry));
-            let pid = current_pid();
-            for num in 0..entry.len() {
-                let adj = entry.get(num);
-                if adj != 0 {
-                    // Never blocks: Linux clamps instead, at both ends.
-                    let value = (self.value(num) + adj).clamp(0, SEMVMX);
-                    self.set_value_locked(num, value);
-                    self.sems[num].pid.store(pid, Ordering::Relaxed);
-                }
-            }
-            self.smart_update(&held, None, true, &mut wakeups);
-        }
-        self.unlock(held);
-        wakeups.wake_all();
-    }
-
-    /// Zeroes adjustment `num` (or all, `None`) in every context. Global lock held.
-    fn clear_undo(&self, num: Option<usize>) {
-        let list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
-        for entry in list.iter() {
-            match num {
-                Some(n) => entry.set(n, 0),
-                None => (0..entry.len()).for_each(|n| entry.set(n, 0)),
-            }
-        }
     }
 }
 

@@ -27,7 +27,7 @@ use super::counters::Counters;
 use super::lock::{GlobalLock, RawSemLock};
 use super::queue::WaitList;
 use super::stamp::now_secs;
-use super::undo::UndoEntry;
+use super::undo_entry::UndoEntry;
 use super::word::{self, GLOBAL, HELD};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
