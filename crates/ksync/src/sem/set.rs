@@ -1,6 +1,14 @@
-//! [`SemSet`]: the semaphore array, the operation itself and the queue
-//! scans that complete sleepers.
+//! [`SemSet`]: the public face of a set, `semop` and `semctl`.
 //!
+//! A `semop` goes through the other modules in this order: the argument
+//! checks and errors in the kernel's order; one lock-free attempt for a
+//! single operation (`mode.rs`, `word.rs`); the pre-scan (`perform.rs`); the
+//! lock the call needs (`mode.rs`); the evaluation (`perform.rs`); on
+//! success the completion of every sleeper it enabled (`complete.rs`), and
+//! the wake-ups after the lock is dropped; on a block, the sleeper queued
+//! (`complete.rs`) and its wait for a waker's result (`queue.rs`). Control
+//! calls take the global lock, change what they change, and complete
+//! sleepers the same way.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -224,7 +232,8 @@ impl SemSet {
             return decode(status);
         }
         // Timed out. Under the lock, either a waker already delivered a
-        // result (it wins) or we are still queued and leave.
+        // result (it wins) or we are still queued and leave. The acquire
+        // pairs with the release swap in `Wakeups::deliver`.
         let held = set.lock_for(sops);
         let status = sleeper.status.load(Ordering::Acquire);
         if status >= DONE {
