@@ -12,6 +12,7 @@
 //! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
 //! thread-local, so they need the `std` feature; the others work in `no_std`.
 
+mod backoff;
 mod mcs;
 #[cfg(any(feature = "std", loom))]
 mod pv;
@@ -20,6 +21,7 @@ mod qspin;
 mod tas;
 mod ticket;
 
+pub use backoff::*;
 pub use mcs::*;
 #[cfg(any(feature = "std", loom))]
 pub use pv::*;
