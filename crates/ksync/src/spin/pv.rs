@@ -2,7 +2,8 @@
 //! `kernel/locking/qspinlock_paravirt.h` (`pv_wait_node()`, `pv_kick_node()`,
 //! `pv_wait_head_or_lock()`, `__pv_queued_spin_unlock_slowpath()`,
 //! `pv_hybrid_queued_unfair_trylock()`) on top of the native slow path's
-//! queue (`qspin.rs`).
+//! queue: the word and queue-node contract of `queued.rs`, which the native
+//! lock (`qspin.rs`) uses too.
 //!
 //! Needs `std` (per-thread queue nodes, futex sleeping), so it is not built
 //! with `--no-default-features`.
@@ -130,9 +131,10 @@
 
 use core::ptr::{self, NonNull};
 
-use super::qspin::{
-    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, EventCounter, NodeLease,
-    LOCKED_MASK, LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
+use super::events::{event_set, EventCounter};
+use super::queued::{
+    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, NodeLease, LOCKED_MASK,
+    LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
 };
 use crate::futex;
 use crate::relax::cpu_relax;
@@ -249,7 +251,7 @@ impl Events {
     }
 }
 
-super::qspin::event_set!(Events);
+event_set!(Events);
 
 /// A snapshot of [`RawPvQSpinLock`]'s slow-path events, summed over every
 /// lock and thread since start (or [`reset_pv_stats`]). The field names are
@@ -370,6 +372,8 @@ impl HashEntry {
     }
 
     /// Frees the entry after its node has been read (or was never needed).
+    /// The release pairs with the acquire compare-and-swap in `hash` that
+    /// claims the entry next, so that claim comes after our read of `node`.
     #[inline]
     fn clear(&self) {
         self.lock.store(0, Ordering::Release);
@@ -435,6 +439,8 @@ fn hash(lock: usize, node: &'static QNode) -> &'static HashEntry {
     let mut hops = 0;
     loop {
         let entry = &table[(start + hops) & mask];
+        // The acquire pairs with the release in `HashEntry::clear` of the
+        // entry's previous user.
         if entry.lock.load(Ordering::Relaxed) == 0
             && entry
                 .lock
@@ -623,8 +629,11 @@ impl RawPvQSpinLock {
         let mut next = ptr::null_mut();
         if old & TAIL_MASK != 0 {
             let prev = decode_tail(old);
+            // Pairs with the predecessor's acquire loads of `next` (below and
+            // in `wait_for_next`): it sees our initialised node.
             prev.next.store(node_ptr(node), Ordering::Release);
             self.wait_node(node, prev, lease.depth());
+            // Pairs with the successor's release store of `prev.next` above.
             next = node.next.load(Ordering::Acquire);
         }
 
@@ -641,6 +650,8 @@ impl RawPvQSpinLock {
             return;
         }
         let next = wait_for_next(node, next);
+        // Pairs with the successor's acquire loads of `node.locked` in
+        // `wait_node`.
         next.locked.store(1, Ordering::Release);
         self.kick_node(next);
     }
@@ -656,7 +667,8 @@ impl RawPvQSpinLock {
     }
 
     /// `pv_wait_node()`: spin, then sleep, until the predecessor makes us the
-    /// queue head (`node.locked != 0`, read with acquire).
+    /// queue head (`node.locked != 0`, read with acquire loads that pair with
+    /// its release hand-over in `lock_slow`).
     fn wait_node(&self, node: &'static QNode, prev: &'static QNode, depth: u32) {
         let events = events();
         loop {
@@ -698,6 +710,8 @@ impl RawPvQSpinLock {
     /// `pv_kick_node()`: we own the lock and just made `next` the queue head.
     /// If it sleeps, leave it asleep, hashed, and make our unlock wake it.
     fn kick_node(&self, next: &'static QNode) {
+        // Store-buffering pair with `wait_node`: our `next.locked = 1`, this
+        // fence, then `state`, against its `state = HALTED`, fence, `locked`.
         fence(Ordering::SeqCst);
         if next
             .state
@@ -717,6 +731,7 @@ impl RawPvQSpinLock {
     fn sleep_hashed(&self, node: &'static QNode) {
         loop {
             futex::wait(&node.state, HASHED, None);
+            // Pairs with the release store of `RUNNING` in `unlock_slow`.
             if node.state.load(Ordering::Acquire) != HASHED {
                 return;
             }
@@ -733,7 +748,8 @@ impl RawPvQSpinLock {
         loop {
             // Hashed, by the previous owner or by us below: the lock is held
             // with `SLOW_VAL`, and its unlock will kick us. Until then we must
-            // not touch the lock (see the module comment).
+            // not touch the lock (see the module comment). The acquire pairs
+            // with the release store of `RUNNING` in `unlock_slow`.
             if node.state.load(Ordering::Acquire) == HASHED {
                 self.sleep_hashed(node);
                 kicked = true;
@@ -751,6 +767,9 @@ impl RawPvQSpinLock {
 
             node.state.store(HASHED, Ordering::Relaxed);
             let entry = hash(self.key(), node);
+            // Release pairs with the acquire fence in `unlock_slow` (our hash
+            // entry and state are visible to the unlocker); acquire pairs
+            // with the release in `unlock` when the lock turns out free.
             if sync::swap_low_u8(&self.val, SLOW_VAL, Ordering::AcqRel) == 0 {
                 // The lock was free, so it is ours and nobody will kick us.
                 sync::store_low_u8(&self.val, LOCKED_VAL as u8, Ordering::Relaxed);
@@ -777,9 +796,14 @@ impl RawPvQSpinLock {
         // and state are visible.
         fence(Ordering::Acquire);
         let node = unhash(self.key());
+        // Pairs with the acquire of whoever takes the lock next (see
+        // `unlock`).
         sync::store_low_u8(&self.val, 0, Ordering::Release);
         // `self` may be freed from here on; only the node is touched.
         if let Some(node) = node {
+            // Pairs with the head's acquire loads of `state` in
+            // `sleep_hashed` and `wait_head_or_lock`: a kicked head sees the
+            // word at least as new as the release above.
             node.state.store(RUNNING, Ordering::Release);
             futex::wake(&node.state, 1);
             events().kick_unlock.bump();
@@ -830,6 +854,9 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // The release pairs with the acquire of whoever takes the lock next:
+        // the fast path's or a steal's compare-and-swap, the head's
+        // `trylock_clear_pending` or its `SLOW_VAL` swap.
         if let Err(locked) = sync::compare_exchange_low_u8(
             &self.val,
             LOCKED_VAL as u8,
@@ -852,7 +879,8 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::qspin::{hook, tests::wait_until};
+    use super::super::qspin::tests::wait_until;
+    use super::super::queued::{hook, tail_fields};
     use super::*;
     use crate::thread_slot;
     use lock_api::RawMutex;
@@ -1042,7 +1070,7 @@ mod tests {
         wait_until("the fifth nesting level", || DEEPEST.load(O::Acquire));
         // Queued with nodes 0..3 (one tail per lock, index = depth).
         for (depth, lock) in NESTED.iter().take(NODES_PER_SLOT).enumerate() {
-            let (_, idx) = super::super::qspin::tail_fields(lock.word() & TAIL_MASK);
+            let (_, idx) = tail_fields(lock.word() & TAIL_MASK);
             assert_eq!(idx as usize, depth);
         }
         assert_eq!(NESTED[NODES_PER_SLOT].word() & TAIL_MASK, 0, "no node left");
