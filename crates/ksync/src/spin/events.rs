@@ -4,15 +4,16 @@
 
 use crate::sync::{unmodelled, Ordering};
 
-/// Defines `fn events() -> &'static $set`, the one set of event counters of
-/// a lock family: a global static natively; under loom one leaked set per OS
-/// thread, because a model's simulated threads all run on the test's thread,
-/// so each model counts its own exploration while the test harness runs
-/// models side by side.
+/// Defines `fn events() -> &'static $set` (with the visibility given before
+/// the type), the one set of event counters of a lock family: a global
+/// static natively; under loom one leaked set per OS thread, because a
+/// model's simulated threads all run on the test's thread, so each model
+/// counts its own exploration while the test harness runs models side by
+/// side.
 macro_rules! event_set {
-    ($set:ty) => {
+    ($vis:vis $set:ty) => {
         #[inline]
-        fn events() -> &'static $set {
+        $vis fn events() -> &'static $set {
             #[cfg(not(loom))]
             {
                 static EVENTS: $set = <$set>::new();
