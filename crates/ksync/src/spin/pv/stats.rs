@@ -55,9 +55,10 @@ impl Events {
 
 event_set!(pub(super) Events);
 
-/// A snapshot of [`RawPvQSpinLock`]'s slow-path events, summed over every
-/// lock and thread since start (or [`reset_pv_stats`]). The field names are
-/// the kernel's `pv_*` / `lock_*` lock events without the prefix.
+/// A snapshot of [`RawPvQSpinLock`](super::RawPvQSpinLock)'s slow-path
+/// events, summed over every lock and thread since start (or
+/// [`reset_pv_stats`]). The field names are the kernel's `pv_*` / `lock_*`
+/// lock events without the prefix.
 ///
 /// The fast paths never touch them. Under loom each test thread has its own.
 ///
@@ -124,7 +125,7 @@ impl PvStats {
     }
 }
 
-/// Reads [`RawPvQSpinLock`]'s event counters.
+/// Reads [`RawPvQSpinLock`](super::RawPvQSpinLock)'s event counters.
 pub fn pv_stats() -> PvStats {
     let e = events();
     PvStats {
@@ -142,7 +143,8 @@ pub fn pv_stats() -> PvStats {
     }
 }
 
-/// Sets [`RawPvQSpinLock`]'s event counters back to zero.
+/// Sets [`RawPvQSpinLock`](super::RawPvQSpinLock)'s event counters back to
+/// zero.
 pub fn reset_pv_stats() {
     events().all().into_iter().for_each(EventCounter::reset);
 }
