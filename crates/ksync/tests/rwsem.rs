@@ -11,6 +11,9 @@
 //! time bounds are watchdogs, seconds long.
 #![cfg(not(loom))]
 
+mod common;
+
+use common::wait_until;
 use ksync::rwsem::{RawRwSem, RawSpinRwSem, RwSem, SpinRwSem};
 use lock_api::{GuardSend, RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -527,9 +530,7 @@ fn writer_gets_in_among_readers<R: Sem>() {
             })
         })
         .collect();
-    while reads.load(Relaxed) < 1_000 {
-        thread::yield_now();
-    }
+    wait_until("1000 reads", || reads.load(Relaxed) >= 1_000);
     for round in 0..20 {
         let lock = Arc::clone(&lock);
         within(
@@ -567,9 +568,7 @@ fn reader_gets_in_among_writers<R: Sem>() {
             })
         })
         .collect();
-    while writes.load(Relaxed) < 1_000 {
-        thread::yield_now();
-    }
+    wait_until("1000 writes", || writes.load(Relaxed) >= 1_000);
     for round in 0..20 {
         let lock = Arc::clone(&lock);
         within(
@@ -590,11 +589,9 @@ fn reader_gets_in_among_writers<R: Sem>() {
 
 /// Polls `lock`'s `Debug` output until it contains `what`.
 fn wait_for_debug(lock: &impl std::fmt::Debug, what: &str) {
-    let deadline = Instant::now() + LIVENESS;
-    while !format!("{lock:?}").contains(what) {
-        assert!(Instant::now() < deadline, "never saw {what} in {lock:?}");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(&format!("{what} in the lock's Debug output"), || {
+        format!("{lock:?}").contains(what)
+    });
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1030,14 +1027,9 @@ fn downgrade_admits_readers<R: Sem>() {
     // SAFETY: `w` is ours.
     let r = unsafe { lock.downgrade(w) };
     assert!(!lock.is_locked_exclusive());
-    let deadline = Instant::now() + LIVENESS;
-    while readers_in.load(Relaxed) < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "queued readers not let in by downgrade"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("queued readers let in by downgrade", || {
+        readers_in.load(Relaxed) >= 3
+    });
     assert!(lock.try_lock_exclusive().is_none());
     assert!(!writer_in.load(Relaxed), "writer got in beside readers");
     // SAFETY: `r` is ours.

@@ -10,6 +10,9 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
+use common::wait_until;
 use ksync::rwsem::RawRwSem;
 use ksync::spin::{RawQSpinLock, RawTasLock, RawTicketLock};
 use ksync::stat::{self, Histogram, LockStatSnapshot, LockStats, Registry, Report, Stat, BUCKETS};
@@ -36,13 +39,11 @@ impl<R> Probe<R> {
         self.blocking.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Spins until `n` calls have entered a blocking path.
+    /// Waits until `n` calls have entered a blocking path.
     fn wait_for_waiters(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.blocking.load(Ordering::SeqCst) < n {
-            assert!(Instant::now() < deadline, "waiters never arrived");
-            thread::yield_now();
-        }
+        wait_until(&format!("{n} waiters"), || {
+            self.blocking.load(Ordering::SeqCst) >= n
+        });
     }
 }
 

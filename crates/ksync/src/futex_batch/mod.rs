@@ -78,12 +78,10 @@ mod tests {
     use super::*;
     use crate::futex::{self, Wake};
     use crate::sync::Ordering;
+    use crate::test_common::{wait_until, PATIENCE};
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
-
-    /// How long a sleeper waits for its wake before the test calls it lost.
-    const PATIENCE: Duration = Duration::from_secs(10);
 
     /// `n` threads, each parked on its own word. `wake` gets the words after
     /// they all went to sleep (and after their values changed); the test
@@ -113,9 +111,7 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        while ready.load(Ordering::Acquire) < n {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("every sleeper ready", || ready.load(Ordering::Acquire) >= n);
         // Let the last ones get from `ready` into FUTEX_WAIT.
         std::thread::sleep(Duration::from_millis(100));
         for word in words.iter() {

@@ -442,27 +442,14 @@ unsafe impl lock_api::RawMutex for RawQSpinLock {
 }
 
 #[cfg(all(test, not(loom)))]
-pub(super) mod tests {
+mod tests {
     use super::super::queued::{encode_tail, hook};
     use super::*;
+    use crate::test_common::wait_until;
     use crate::thread_slot;
     use lock_api::RawMutex;
     use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    /// Spins (sleeping a little) until `cond`, failing after a generous bound
-    /// so a broken lock fails the test instead of hanging it.
-    pub(in crate::spin) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "stuck waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
 
     #[test]
     fn lock_word_layout() {

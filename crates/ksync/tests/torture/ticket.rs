@@ -6,7 +6,7 @@
 //! each handover may wait for a scheduler time slice. The iteration counts
 //! keep every test within a few seconds there.
 
-use crate::common::{assert_excludes, hammer};
+use crate::exclusion::{assert_excludes, hammer};
 use ksync::spin::{
     AutoTunedBackoff, AutoTunedBackoffGuest, AutoTunedPerLock, AutoTunedPerLockGuest,
     DefaultDelayStorage, FixedBackoff, NoDelayStorage, RawTicketLock, Spin, TicketMutex, DELAY_ONE,

@@ -815,6 +815,7 @@ impl RawRwSem {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::test_common::wait_until;
     use lock_api::{RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
     use std::sync::Arc;
 
@@ -823,11 +824,9 @@ mod tests {
     }
 
     fn wait_for(sem: &RawRwSem, bits: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while count(sem) & bits != bits {
-            assert!(Instant::now() < deadline, "never saw {bits:#x} in {sem:?}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(&format!("{bits:#x} in the count"), || {
+            count(sem) & bits == bits
+        });
     }
 
     #[test]

@@ -602,10 +602,10 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::qspin::tests::wait_until;
     use super::super::queued::{hook, tail_fields};
     use super::hash::table;
     use super::*;
+    use crate::test_common::wait_until;
     use crate::thread_slot;
     use lock_api::RawMutex;
     use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
