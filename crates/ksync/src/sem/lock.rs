@@ -69,6 +69,7 @@ impl RawSemLock {
 
     #[inline(always)]
     fn try_acquire(&self) -> bool {
+        // Pairs with the release swap in `unlock`.
         self.word
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -82,6 +83,7 @@ impl RawSemLock {
             }
             cpu_relax();
         }
+        // Pairs with the release swap in `unlock`.
         while self.word.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
             futex::wait(&self.word, CONTENDED, None);
         }
@@ -126,6 +128,8 @@ unsafe impl lock_api::RawMutex for RawSemLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Pairs with the acquire of the next holder: the compare-and-swap in
+        // `try_acquire` or the swap in `lock_contended`.
         if self.word.swap(UNLOCKED, Ordering::Release) == CONTENDED {
             self.wake_one();
         }

@@ -126,7 +126,8 @@ impl SetShared {
             // (the kernel's complexmode_enter), which takes this lock.
             if self.mode.use_global.load(Ordering::Acquire) == 0 {
                 // Keeps lock-free operations off the value from now on; the
-                // RMW also reads the latest value they left.
+                // acquire RMW also reads the latest value they left (pairs
+                // with their release compare-and-swap in `try_lock_free`).
                 sem.word.fetch_or(HELD, Ordering::Acquire);
                 return Held::Sem(num, guard);
             }
@@ -138,6 +139,7 @@ impl SetShared {
             // Global mode ended while we waited. It cannot start again while
             // we hold the global lock, so no re-check is needed.
             let guard = acquire(&sem.lock);
+            // As above: pairs with `try_lock_free`'s release.
             sem.word.fetch_or(HELD, Ordering::Acquire);
             // SAFETY: taken just above.
             unsafe { release(&self.global.lock, global) };
@@ -158,6 +160,8 @@ impl SetShared {
             // The GLOBAL flag stops lock-free operations the same way.
             for sem in self.sems.iter() {
                 let g = acquire(&sem.lock);
+                // Pairs with the release compare-and-swap of a lock-free
+                // operation in `try_lock_free`: its value is ours to read.
                 sem.word.fetch_or(GLOBAL, Ordering::Acquire);
                 // SAFETY: taken just above.
                 unsafe { release(&sem.lock, g) };
@@ -190,6 +194,8 @@ impl SetShared {
                         for num in 0..self.nsems() {
                             self.publish_word(&held, num, GLOBAL);
                         }
+                        // Pairs with the acquire re-check of `use_global`
+                        // in `lock_single`.
                         self.mode.use_global.store(0, Ordering::Release);
                     } else {
                         self.mode.use_global.store(n - 1, Ordering::Relaxed);
@@ -207,7 +213,9 @@ impl SetShared {
 
     /// Ends a locked stretch on semaphore `num`: clears `HELD` and `lift`,
     /// and sets `SLEEPERS` to whether its lists are non-empty, with a
-    /// release store that hands the value to the next lock-free operation.
+    /// release store that hands the value to the next lock-free operation
+    /// (pairs with the acquire load and compare-and-swap in
+    /// `try_lock_free`).
     fn publish_word(&self, held: &Held, num: usize, lift: u32) {
         let word = &self.sems[num].word;
         let current = word.load(Ordering::Relaxed);
@@ -303,6 +311,11 @@ impl SetShared {
         }
         let would_block = || (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
         let word = &self.sems[num].word;
+        // The acquires pair with the release store in `publish_word` (the
+        // last locked stretch) and with the release half of the previous
+        // lock-free compare-and-swap; that release pairs with the next one's
+        // acquire and with the acquire `fetch_or`s in `lock_single` and
+        // `lock_global`.
         let mut current = word.load(Ordering::Acquire);
         loop {
             let next = match word::lock_free_step(current, sop.op) {

@@ -156,6 +156,8 @@ impl Sleeper {
     /// still be queued: the caller settles that under the lock).
     pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
         let spins = spin_budget();
+        // Every acquire load of `status` here pairs with the release swap in
+        // `Wakeups::deliver`: a result read is the waker's whole operation.
         for i in 0..spins {
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
@@ -241,6 +243,8 @@ impl Wakeups {
         // node is alive until this swap makes the result visible.
         let word = unsafe { &node.get().status };
         let word_ptr = word as *const AtomicU32;
+        // Pairs with the owner's acquire loads of `status` in
+        // `Sleeper::wait` (and, after a time-out, in `SemSet::op`).
         if word.swap(status, Ordering::Release) == PARKED {
             self.words.push(word_ptr);
         }

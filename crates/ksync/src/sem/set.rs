@@ -366,6 +366,7 @@ impl SemSet {
     pub fn remove(&self) -> Result<(), SemError> {
         let mut wakeups = Wakeups::default();
         self.control(|set, held| {
+            // Pairs with the acquire load in `SetShared::is_deleted`.
             set.mode.deleted.store(true, Ordering::Release);
             for sem in set.sems.iter() {
                 sem.word.fetch_or(REMOVED, Ordering::Relaxed);

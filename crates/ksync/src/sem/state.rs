@@ -106,6 +106,7 @@ impl SetShared {
     }
 
     pub(super) fn is_deleted(&self) -> bool {
+        // Pairs with the release store in `SemSet::remove`.
         self.mode.deleted.load(Ordering::Acquire)
     }
 

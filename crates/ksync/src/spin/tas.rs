@@ -61,6 +61,7 @@ impl RawTasLock {
 
     #[inline(always)]
     fn try_acquire(&self) -> bool {
+        // Pairs with the release store in `unlock`.
         self.held
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -119,6 +120,7 @@ unsafe impl lock_api::RawMutex for RawTasLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Pairs with the acquire compare-and-swap in `try_acquire`.
         self.held.store(false, Ordering::Release);
     }
 

@@ -204,6 +204,8 @@ unsafe impl<W: TicketWait> lock_api::RawMutex for RawTicketLock<W> {
 
     #[inline]
     fn lock(&self) -> Self::Guard {
+        // Acquire pairs with the release store in `unlock` when the lock was
+        // free (otherwise `wait_for_turn`'s load does).
         let word = self.word.fetch_add(ONE_TICKET, Ordering::Acquire);
         let ticket = next_of(word);
         if ticket != owner_of(word) {
@@ -218,6 +220,7 @@ unsafe impl<W: TicketWait> lock_api::RawMutex for RawTicketLock<W> {
         if next_of(word) != owner_of(word) {
             return None;
         }
+        // Acquire pairs with the release store in `unlock`.
         self.word
             .compare_exchange(
                 word,
@@ -234,6 +237,9 @@ unsafe impl<W: TicketWait> lock_api::RawMutex for RawTicketLock<W> {
         // Only the holder writes `owner`, and the last write to it happened
         // before our acquisition, so a relaxed load reads the current value.
         let owner = owner_of(self.word.load(Ordering::Relaxed));
+        // Pairs with the next holder's acquire: the `fetch_add` in `lock`,
+        // the handover load in `wait_for_turn`, or `try_lock`'s
+        // compare-and-swap.
         store_low_u16(&self.word, owner.wrapping_add(1), Ordering::Release);
     }
 

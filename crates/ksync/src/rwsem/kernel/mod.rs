@@ -348,6 +348,8 @@ impl RawRwSem {
     /// read lock (the bias stays in for the slow path).
     #[inline]
     fn read_fast(&self) -> Result<(), usize> {
+        // Acquire pairs with the release read-modify-writes of `count` in
+        // `up_read`, `up_write` and `downgrade`.
         let count = self
             .count
             .fetch_add(READER_BIAS, Ordering::Acquire)
@@ -362,6 +364,8 @@ impl RawRwSem {
 
     #[inline]
     fn write_fast(&self) -> bool {
+        // Acquire pairs with the release read-modify-writes of `count` in
+        // `up_read`, `up_write` and `downgrade`.
         let taken = self
             .count
             .compare_exchange(0, WRITER_LOCKED, Ordering::Acquire, Ordering::Relaxed)
@@ -374,6 +378,10 @@ impl RawRwSem {
 
     #[inline]
     fn up_read(&self) {
+        // Release pairs with the next owner's acquire read-modify-write of
+        // `count` (`read_fast`, `write_fast`, `try_lock_shared`,
+        // `try_write_lock`, `optimistic_spin`, the grant in `mark_wake`) or
+        // its acquire load in `read_slow`.
         let count = self
             .count
             .fetch_sub(READER_BIAS, Ordering::Release)
@@ -387,6 +395,7 @@ impl RawRwSem {
     #[inline]
     fn up_write(&self) {
         self.owner.store(0, Ordering::Relaxed);
+        // Release: as in `up_read`.
         let old = self.count.fetch_sub(WRITER_LOCKED, Ordering::Release);
         if old & WAITERS != 0 {
             self.wake();
@@ -422,7 +431,10 @@ impl RawRwSem {
         let mut counted = 0;
         if wake_type != WakeType::ReadOwned {
             // Grant the first reader speculatively: from here on no writer
-            // can take the lock.
+            // can take the lock. Acquire pairs with the release
+            // read-modify-writes of `count` in `up_read`, `up_write` and
+            // `downgrade`; the granted readers inherit it through the
+            // release grant in `Wakeups::deliver`.
             let old = self.count.fetch_add(READER_BIAS, Ordering::Acquire);
             if old & WRITER_LOCKED != 0 {
                 // A writer got in first. Back out, and promise the lock to
@@ -518,6 +530,8 @@ impl RawRwSem {
         let mut list = self.wait.lock();
         let mut adjustment = READER_BIAS.wrapping_neg();
         if list.is_empty() {
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             if self.count.load(Ordering::Acquire) & WRITER_LOCKED == 0 {
                 // Nobody queued and no writer: our bias is a read lock.
                 drop(list);
@@ -626,6 +640,8 @@ impl RawRwSem {
                 }
                 new
             };
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             match self
                 .count
                 .compare_exchange(count, new, Ordering::Acquire, Ordering::Relaxed)
@@ -698,6 +714,8 @@ unsafe impl lock_api::RawRwLock for RawRwSem {
             if count & READ_FAILED_MASK != 0 {
                 return None;
             }
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             match self.count.compare_exchange_weak(
                 count,
                 count + READER_BIAS,
@@ -756,6 +774,8 @@ unsafe impl lock_api::RawRwLock for RawRwSem {
 // then grants join a lock that readers own.
 unsafe impl lock_api::RawRwLockDowngrade for RawRwSem {
     unsafe fn downgrade(&self, _guard: GuardSend) -> GuardSend {
+        // Release: as in `up_read` (what we wrote as the writer is visible
+        // to the readers that join us).
         let old = self
             .count
             .fetch_add(READER_BIAS - WRITER_LOCKED, Ordering::Release);

@@ -57,6 +57,7 @@ impl RawRwSem {
         if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
             return false;
         }
+        // Pairs with the previous spinner's release store of `false` below.
         if self.spinner.swap(true, Ordering::Acquire) {
             return false;
         }
@@ -64,6 +65,8 @@ impl RawRwSem {
         let mut count = self.count.load(Ordering::Relaxed);
         let taken = loop {
             if count & (LOCK_MASK | HANDOFF) == 0 {
+                // Acquire pairs with the release read-modify-writes of
+                // `count` in `up_read`, `up_write` and `downgrade`.
                 match self.count.compare_exchange(
                     count,
                     count | WRITER_LOCKED,
@@ -83,6 +86,7 @@ impl RawRwSem {
             relax::cpu_relax();
             count = self.count.load(Ordering::Relaxed);
         };
+        // Pairs with the next spinner's acquire swap above.
         self.spinner.store(false, Ordering::Release);
         taken
     }

@@ -167,6 +167,10 @@ impl Queue {
     unsafe fn acquire(&self, node: &McsNode) {
         node.next.store(ptr::null_mut(), Ordering::Relaxed);
         node.locked.store(false, Ordering::Relaxed);
+        // Release publishes our initialised node to the next arrival, whose
+        // own swap (acquire) returns it; acquire pairs with the previous
+        // holder's release compare-and-swap in `release` when the lock was
+        // free.
         let prev = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
         if prev.is_null() {
             return;
@@ -174,7 +178,10 @@ impl Queue {
         // SAFETY: `prev` was the tail, so its owner is queued or holding and
         // cannot finish `release` before it sees our link (`release` waits
         // for `next`); by the contract above its node is still valid.
+        // Pairs with the acquire loads of `next` in the predecessor's
+        // `release`: it sees our `locked = false` before it stores `true`.
         unsafe { (*prev).next.store(node.as_ptr(), Ordering::Release) };
+        // Pairs with the hand-over store at the end of `release`.
         while !node.locked.load(Ordering::Acquire) {
             cpu_relax();
         }
@@ -193,6 +200,8 @@ impl Queue {
         }
         node.next.store(ptr::null_mut(), Ordering::Relaxed);
         node.locked.store(false, Ordering::Relaxed);
+        // As the swap in `acquire`: release for the next arrival, acquire
+        // pairing with the release compare-and-swap in `release`.
         self.tail
             .compare_exchange(
                 ptr::null_mut(),
@@ -211,8 +220,12 @@ impl Queue {
     /// successful `try_acquire` with this node on this queue, not yet released).
     #[inline]
     unsafe fn release(&self, node: &McsNode) {
+        // The loads of `next` pair with the successor's release store of
+        // `prev.next` in `acquire`.
         let mut next = node.next.load(Ordering::Acquire);
         if next.is_null() {
+            // Release pairs with the acquire of the next arrival's swap (or
+            // `try_acquire`'s compare-and-swap) that finds the lock free.
             if self
                 .tail
                 .compare_exchange(
@@ -236,6 +249,7 @@ impl Queue {
         }
         // SAFETY: `next` is the successor's node; its owner spins until this
         // store and keeps the node valid until then (acquire's contract).
+        // Pairs with the successor's acquire spin on `locked` in `acquire`.
         unsafe { (*next).locked.store(true, Ordering::Release) };
     }
 }
