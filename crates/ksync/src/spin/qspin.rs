@@ -443,7 +443,8 @@ unsafe impl lock_api::RawMutex for RawQSpinLock {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::queued::{encode_tail, hook};
+    use super::super::queued::encode_tail;
+    use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
     use super::*;
     use crate::test_common::wait_until;
     use crate::thread_slot;
@@ -519,30 +520,17 @@ mod tests {
         assert!(qspin_stats().pending > pending_before);
     }
 
-    // Nested queueing through all four nodes and beyond, the way a signal
-    // handler would do it: the hook runs while this thread waits in a queue
-    // and locks the next lock, which is contended too, so the thread queues
-    // with its next node; the fifth level has no node left.
-    const LEVELS: usize = NODES_PER_SLOT + 1;
+    // Nested queueing (see `hook::Nested`).
     static NESTED: [RawQSpinLock; LEVELS] = [const { RawQSpinLock::new() }; LEVELS];
     static DEEPEST: AtomicBool = AtomicBool::new(false);
-    std::thread_local! {
-        static SEEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-    }
 
-    fn nest(depth: u32) {
-        let bit = 1 << depth;
-        if SEEN.with(|s| s.get()) & bit != 0 {
-            return;
+    impl Nested for RawQSpinLock {
+        fn nested() -> &'static [Self; LEVELS] {
+            &NESTED
         }
-        SEEN.with(|s| s.set(s.get() | bit));
-        if (depth as usize) + 1 < LEVELS {
-            let lock = &NESTED[depth as usize + 1];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-        } else {
-            DEEPEST.store(true, O::Release);
+
+        fn deepest() -> &'static AtomicBool {
+            &DEEPEST
         }
     }
 
@@ -564,16 +552,7 @@ mod tests {
             })
             .collect();
 
-        let nester = std::thread::spawn(|| {
-            hook::set(Some(nest));
-            let lock = &NESTED[0];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-            hook::set(None);
-            SEEN.with(|s| s.get())
-        });
-        wait_until("the fifth nesting level", || DEEPEST.load(O::Acquire));
+        let nester = spawn_nester::<RawQSpinLock>();
         for (lock, guard) in NESTED.iter().zip(guards).rev() {
             // SAFETY: each guard came from `lock.lock()` on its own lock.
             unsafe { lock.unlock(guard) };

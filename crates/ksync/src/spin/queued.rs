@@ -214,6 +214,7 @@ impl Drop for NodeLease {
 #[cfg(all(test, not(loom)))]
 pub(super) mod hook {
     use std::cell::Cell;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     std::thread_local! {
         static HOOK: Cell<Option<fn(u32)>> = const { Cell::new(None) };
@@ -229,6 +230,61 @@ pub(super) mod hook {
         if let Some(hook) = HOOK.with(Cell::get) {
             hook(depth);
         }
+    }
+
+    /// Locks for nested queueing through all four nodes and beyond, the way
+    /// a signal handler would do it: while a thread waits in one lock's
+    /// queue, the hook takes the next lock, which is contended too, so the
+    /// thread queues with its next node; the fifth level has no node left.
+    pub(crate) trait Nested: lock_api::RawMutex + Sync + Sized + 'static {
+        /// [`LEVELS`] locks of this type.
+        fn nested() -> &'static [Self; LEVELS];
+        /// Set once a thread reached the deepest level.
+        fn deepest() -> &'static AtomicBool;
+    }
+
+    /// Four levels with a node each, and one without.
+    pub(crate) const LEVELS: usize = super::NODES_PER_SLOT + 1;
+
+    std::thread_local! {
+        /// The depths the hook ran at on this thread, one bit each.
+        static SEEN: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// The hook: at each depth, once, take the next nested lock.
+    fn nest<L: Nested>(depth: u32) {
+        let bit = 1 << depth;
+        if SEEN.with(|s| s.get()) & bit != 0 {
+            return;
+        }
+        SEEN.with(|s| s.set(s.get() | bit));
+        if (depth as usize) + 1 < LEVELS {
+            let lock = &L::nested()[depth as usize + 1];
+            let g = lock.lock();
+            // SAFETY: `g` came from `lock.lock()`.
+            unsafe { lock.unlock(g) };
+        } else {
+            L::deepest().store(true, Ordering::Release);
+        }
+    }
+
+    /// Starts a thread that takes the first nested lock with [`nest`] as its
+    /// hook, and waits until it reached the deepest level (the caller holds
+    /// every nested lock). The thread returns the depths its hook ran at.
+    pub(crate) fn spawn_nester<L: Nested>() -> std::thread::JoinHandle<u32> {
+        let nester = std::thread::spawn(|| {
+            set(Some(nest::<L>));
+            let lock = &L::nested()[0];
+            let g = lock.lock();
+            // SAFETY: `g` came from `lock.lock()`.
+            unsafe { lock.unlock(g) };
+            set(None);
+            SEEN.with(|s| s.get())
+        });
+        crate::test_common::wait_until("the fifth nesting level", || {
+            L::deepest().load(Ordering::Acquire)
+        });
+        nester
     }
 }
 

@@ -3,7 +3,8 @@
 //! reports any access the lock fails to order; the scheduler bounds
 //! ([`Bound`]); and the models every mutex runs: exclusion and progress
 //! ([`increments`], [`contend`]), a queue of two built by the harness
-//! ([`spawn_queued_waiters`]), and `try_lock` against a holder.
+//! ([`two_waiters_queued`], [`spawn_queued_waiters`]), and `try_lock`
+//! against a holder.
 
 use lock_api::RawMutex;
 use loom::cell::UnsafeCell;
@@ -162,6 +163,28 @@ pub(crate) fn spawn_queued_waiters<L: Send + Sync + 'static>(
     arrivals.recv().unwrap();
     arrivals.recv().unwrap();
     waiters
+}
+
+/// The main thread holds a lock made by `make` until two other threads are
+/// about to take it, so they queue behind it; the lock must then pass down
+/// the queue, and every access to the counter must be ordered.
+pub(crate) fn two_waiters_queued<R>(make: fn() -> R)
+where
+    R: RawMutex + Send + Sync + 'static,
+{
+    builder(Bound::Scripted).check(move || {
+        let shared = Shared::new(make());
+        let guard = shared.lock.lock();
+        let waiters = spawn_queued_waiters(&shared, Shared::increment);
+        shared.bump_locked(1);
+        // SAFETY: `guard` came from `lock()` above, on this thread.
+        unsafe { shared.lock.unlock(guard) };
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        assert_eq!(shared.total(), 3);
+        assert!(!shared.lock.is_locked());
+    });
 }
 
 /// How the model's main thread takes part in [`contend`].

@@ -25,8 +25,8 @@
 //! the queued models).
 
 use crate::exclusion::{
-    builder, increments, increments_with, spawn_queued_waiters, try_lock_respects_holder, Bound,
-    Shared,
+    builder, increments, increments_with, spawn_queued_waiters, try_lock_respects_holder,
+    two_waiters_queued, Bound, Shared,
 };
 use ksync::spin::{McsLock, McsNode, RawMcsLock};
 use lock_api::RawMutex;
@@ -72,19 +72,7 @@ fn mcs_raw_three_threads() {
 
 #[test]
 fn mcs_raw_two_waiters_queued() {
-    builder(Bound::Scripted).check(|| {
-        let shared = Shared::new(RawMcsLock::new());
-        let guard = shared.lock.lock();
-        let waiters = spawn_queued_waiters(&shared, Shared::increment);
-        shared.bump_locked(1);
-        // SAFETY: `guard` came from `lock()` above, on this thread.
-        unsafe { shared.lock.unlock(guard) };
-        for waiter in waiters {
-            waiter.join().unwrap();
-        }
-        assert_eq!(shared.total(), 3);
-        assert!(!shared.lock.is_locked());
-    });
+    two_waiters_queued(RawMcsLock::new);
 }
 
 #[test]

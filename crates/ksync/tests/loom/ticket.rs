@@ -26,7 +26,7 @@
 //! the newest waiter instead of the next ticket (only the queued models).
 
 use crate::exclusion::{
-    builder, increments, spawn_queued_waiters, try_lock_respects_holder, Bound, Shared,
+    builder, increments, try_lock_respects_holder, two_waiters_queued, Bound, Shared,
 };
 use ksync::spin::{
     AutoTunedBackoff, AutoTunedPerLock, FixedBackoff, RawTicketLock, Spin, TicketWait,
@@ -38,24 +38,6 @@ use loom::sync::Arc;
 /// once; every thread must finish and the count must be exact.
 fn ticket_increments<W: TicketWait + 'static>(threads: usize) {
     increments(RawTicketLock::<W>::new, threads, true);
-}
-
-/// The main thread holds the lock until two other threads are about to take
-/// it, so they queue behind it; the lock must then pass down the queue.
-fn two_waiters_queued<W: TicketWait + 'static>() {
-    builder(Bound::Scripted).check(|| {
-        let shared = Shared::new(RawTicketLock::<W>::new());
-        let guard = shared.lock.lock();
-        let waiters = spawn_queued_waiters(&shared, Shared::increment);
-        shared.bump_locked(1);
-        // SAFETY: `guard` came from `lock()` above.
-        unsafe { shared.lock.unlock(guard) };
-        for waiter in waiters {
-            waiter.join().unwrap();
-        }
-        assert_eq!(shared.total(), 3);
-        assert!(!shared.lock.is_locked());
-    });
 }
 
 #[test]
@@ -70,7 +52,7 @@ fn ticket_three_threads() {
 
 #[test]
 fn ticket_two_waiters_queued() {
-    two_waiters_queued::<Spin>();
+    two_waiters_queued(RawTicketLock::<Spin>::new);
 }
 
 #[test]
@@ -80,7 +62,7 @@ fn ticket_fixed_backoff_two_threads() {
 
 #[test]
 fn ticket_fixed_backoff_two_waiters_queued() {
-    two_waiters_queued::<FixedBackoff>();
+    two_waiters_queued(RawTicketLock::<FixedBackoff>::new);
 }
 
 #[test]
@@ -90,7 +72,7 @@ fn ticket_auto_tuned_three_threads() {
 
 #[test]
 fn ticket_auto_tuned_two_waiters_queued() {
-    two_waiters_queued::<AutoTunedBackoff>();
+    two_waiters_queued(RawTicketLock::<AutoTunedBackoff>::new);
 }
 
 #[test]
@@ -105,7 +87,7 @@ fn ticket_auto_tuned_per_lock_three_threads() {
 
 #[test]
 fn ticket_auto_tuned_per_lock_two_waiters_queued() {
-    two_waiters_queued::<AutoTunedPerLock>();
+    two_waiters_queued(RawTicketLock::<AutoTunedPerLock>::new);
 }
 
 /// `try_lock` never succeeds while another thread holds the lock, and a

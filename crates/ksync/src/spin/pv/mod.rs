@@ -602,7 +602,8 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::queued::{hook, tail_fields};
+    use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
+    use super::super::queued::tail_fields;
     use super::hash::table;
     use super::*;
     use crate::test_common::wait_until;
@@ -730,28 +731,19 @@ mod tests {
         assert!(after.kick_unlock >= before.kick_unlock + 2);
     }
 
-    // Nested queueing, as in `qspin.rs`: while this thread is the spinning
-    // head of one lock, the hook locks the next one, which is held too.
-    const LEVELS: usize = NODES_PER_SLOT + 1;
+    // Nested queueing (see `hook::Nested`): while this thread is the
+    // spinning head of one lock, the hook locks the next one, which is held
+    // too.
     static NESTED: [RawPvQSpinLock; LEVELS] = [const { RawPvQSpinLock::new() }; LEVELS];
     static DEEPEST: AtomicBool = AtomicBool::new(false);
-    std::thread_local! {
-        static SEEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-    }
 
-    fn nest(depth: u32) {
-        let bit = 1 << depth;
-        if SEEN.with(|s| s.get()) & bit != 0 {
-            return;
+    impl Nested for RawPvQSpinLock {
+        fn nested() -> &'static [Self; LEVELS] {
+            &NESTED
         }
-        SEEN.with(|s| s.set(s.get() | bit));
-        if (depth as usize) + 1 < LEVELS {
-            let lock = &NESTED[depth as usize + 1];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-        } else {
-            DEEPEST.store(true, O::Release);
+
+        fn deepest() -> &'static AtomicBool {
+            &DEEPEST
         }
     }
 
@@ -759,16 +751,7 @@ mod tests {
     fn nested_queueing_uses_four_nodes_then_goes_without() {
         let before = pv_stats();
         let guards: Vec<_> = NESTED.iter().map(|l| l.lock()).collect();
-        let nester = std::thread::spawn(|| {
-            hook::set(Some(nest));
-            let lock = &NESTED[0];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-            hook::set(None);
-            SEEN.with(|s| s.get())
-        });
-        wait_until("the fifth nesting level", || DEEPEST.load(O::Acquire));
+        let nester = spawn_nester::<RawPvQSpinLock>();
         // Queued with nodes 0..3 (one tail per lock, index = depth).
         for (depth, lock) in NESTED.iter().take(NODES_PER_SLOT).enumerate() {
             let (_, idx) = tail_fields(lock.word() & TAIL_MASK);
