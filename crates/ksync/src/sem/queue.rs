@@ -3,7 +3,7 @@
 //! A sleeper is a [`Sleeper`] node in the blocked caller's own stack frame,
 //! like the kernel's `struct sem_queue`. Wait lists hold pointers to nodes;
 //! a list is only touched by a thread that holds the lock protecting it (see
-//! `set.rs`), so a queued node's fields are stable while a waker reads them.
+//! `mode.rs`), so a queued node's fields are stable while a waker reads them.
 //!
 //! The status word is the whole handshake (the "no retry" of Kenneth W.
 //! Chen's "ipc semaphore optimization", LKML, June 2003):

@@ -1,7 +1,7 @@
 //! The contract the two queued spinlocks share: the 32-bit word's layout,
 //! the tail code that names a waiter's queue node, and how a waiter borrows,
 //! links and hands over a node. [`RawQSpinLock`](super::RawQSpinLock)
-//! (`qspin.rs`) and [`RawPvQSpinLock`](super::RawPvQSpinLock) (`pv.rs`)
+//! (`qspin.rs`) and [`RawPvQSpinLock`](super::RawPvQSpinLock) (`pv/`)
 //! both build on it, as the kernel's `qspinlock.c` and `qspinlock_paravirt.h`
 //! both build on the helpers of `kernel/locking/qspinlock.h` (the
 //! `_Q_PENDING_BITS == 8` variants).

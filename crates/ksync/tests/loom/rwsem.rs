@@ -2,7 +2,7 @@
 //! paths with their wake / grant handshake, downgrade, and timed waiters that
 //! give up (under loom a timed wait that would sleep times out at once, and
 //! the kernel design treats every waiter as handoff-eligible and every spin
-//! budget as spent: see `src/rwsem/kernel.rs`).
+//! budget as spent: see `src/rwsem/kernel/mod.rs`).
 //!
 //! What is checked, in every interleaving loom explores:
 //!

@@ -241,7 +241,7 @@ enum WakeType {
 /// a writer spins briefly on a running owner before it queues, and a waiter
 /// that has waited 4 ms gets the lock next. The [module
 /// documentation](crate::rwsem) compares it with [`RawSpinRwSem`](crate::rwsem::RawSpinRwSem);
-/// the algorithm is described at the top of `src/rwsem/kernel.rs`.
+/// the algorithm is described at the top of `src/rwsem/kernel/mod.rs`.
 ///
 /// ```
 /// use ksync::rwsem::RwSem;
