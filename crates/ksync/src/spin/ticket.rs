@@ -1,4 +1,5 @@
-//! FIFO ticket spinlock, with optional proportional (auto-tuned) backoff.
+//! FIFO ticket spinlock; how its waiters wait is a type parameter (`Spin`
+//! here, the proportional backoff policies in `backoff/`).
 //!
 //! # State
 //!
