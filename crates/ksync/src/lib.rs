@@ -65,6 +65,12 @@ pub mod stat;
 #[cfg(any(feature = "std", loom))]
 pub mod sem;
 
+/// Helpers shared with the integration tests (`wait_until`), one file for
+/// both.
+#[cfg(all(test, not(loom)))]
+#[path = "../tests/common/mod.rs"]
+mod test_common;
+
 /// The README's examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

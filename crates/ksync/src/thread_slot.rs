@@ -197,6 +197,9 @@ mod table {
                 if index >= MAX_SLOTS {
                     return None;
                 }
+                // Acquire pairs with the release `fetch_and` in `release` of
+                // the slot's previous owner: its last use of the nodes comes
+                // before ours.
                 match word.compare_exchange_weak(
                     bits,
                     bits | (1 << bit),
@@ -216,11 +219,14 @@ mod table {
 
     pub(super) fn release(index: u32) {
         let word = &USED[index as usize / CHUNK];
+        // Pairs with the acquire compare-and-swap in `claim`.
         word.fetch_and(!(1 << (index as usize % CHUNK)), Ordering::Release);
     }
 
     fn ensure_chunk(chunk: usize) {
         let entry = &CHUNKS_TABLE[chunk];
+        // The acquires here and in `block` pair with the release half of the
+        // compare-and-swap below that published the chunk.
         if !entry.load(Ordering::Acquire).is_null() {
             return;
         }

@@ -11,6 +11,9 @@
 //! time bounds are watchdogs, seconds long.
 #![cfg(not(loom))]
 
+mod common;
+
+use common::wait_until;
 use ksync::rwsem::{RawRwSem, RawSpinRwSem, RwSem, SpinRwSem};
 use lock_api::{GuardSend, RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -319,6 +322,32 @@ torture_tests!(torture_generic, RawSpinRwSem);
 // Broken locks: the check must catch them
 // ---------------------------------------------------------------------------
 
+/// `RawRwLockTimed` for a deliberately broken lock below: every timed
+/// attempt is one `try_lock_*`, so the torture check can run it like the
+/// real ones.
+macro_rules! timed_by_trying {
+    ($lock:ty) => {
+        // SAFETY: deliberately broken, like the lock's `RawRwLock`; the
+        // torture check never relies on its exclusion for memory safety.
+        unsafe impl RawRwLockTimed for $lock {
+            type Duration = Duration;
+            type Instant = Instant;
+            fn try_lock_shared_for(&self, _: Duration) -> Option<GuardSend> {
+                self.try_lock_shared()
+            }
+            fn try_lock_shared_until(&self, _: Instant) -> Option<GuardSend> {
+                self.try_lock_shared()
+            }
+            fn try_lock_exclusive_for(&self, _: Duration) -> Option<GuardSend> {
+                self.try_lock_exclusive()
+            }
+            fn try_lock_exclusive_until(&self, _: Instant) -> Option<GuardSend> {
+                self.try_lock_exclusive()
+            }
+        }
+    };
+}
+
 /// Writers exclude each other correctly; readers take nothing at all. The
 /// check must see readers beside writers.
 #[derive(Debug)]
@@ -387,23 +416,7 @@ unsafe impl RawRwLockDowngrade for ReadersIgnoreWriters {
     }
 }
 
-// SAFETY: see `RawRwLock for ReadersIgnoreWriters`: deliberately broken.
-unsafe impl RawRwLockTimed for ReadersIgnoreWriters {
-    type Duration = Duration;
-    type Instant = Instant;
-    fn try_lock_shared_for(&self, _: Duration) -> Option<GuardSend> {
-        self.try_lock_shared()
-    }
-    fn try_lock_shared_until(&self, _: Instant) -> Option<GuardSend> {
-        self.try_lock_shared()
-    }
-    fn try_lock_exclusive_for(&self, _: Duration) -> Option<GuardSend> {
-        self.try_lock_exclusive()
-    }
-    fn try_lock_exclusive_until(&self, _: Instant) -> Option<GuardSend> {
-        self.try_lock_exclusive()
-    }
-}
+timed_by_trying!(ReadersIgnoreWriters);
 
 // SAFETY: NOT a correct lock; see `ReadersIgnoreWriters`.
 unsafe impl RawRwLock for RacyRwLock {
@@ -461,23 +474,7 @@ unsafe impl RawRwLockDowngrade for RacyRwLock {
     }
 }
 
-// SAFETY: deliberately broken; see `RawRwLock for RacyRwLock`.
-unsafe impl RawRwLockTimed for RacyRwLock {
-    type Duration = Duration;
-    type Instant = Instant;
-    fn try_lock_shared_for(&self, _: Duration) -> Option<GuardSend> {
-        self.try_lock_shared()
-    }
-    fn try_lock_shared_until(&self, _: Instant) -> Option<GuardSend> {
-        self.try_lock_shared()
-    }
-    fn try_lock_exclusive_for(&self, _: Duration) -> Option<GuardSend> {
-        self.try_lock_exclusive()
-    }
-    fn try_lock_exclusive_until(&self, _: Instant) -> Option<GuardSend> {
-        self.try_lock_exclusive()
-    }
-}
+timed_by_trying!(RacyRwLock);
 
 /// A single run could in principle interleave perfectly, so allow a few.
 fn caught<R: Sem>(what: impl Fn(&Report) -> bool) -> Report {
@@ -507,94 +504,75 @@ fn two_writers_are_caught() {
 // Liveness (generous bounds; not performance)
 // ---------------------------------------------------------------------------
 
-/// Eight readers take the lock back to back, overlapping each other so it is
-/// never free for long; a writer must still get in, again and again.
-fn writer_gets_in_among_readers<R: Sem>() {
-    let lock = Arc::new(R::INIT);
-    let stop = Arc::new(AtomicBool::new(false));
-    let reads = Arc::new(AtomicU64::new(0));
-    let readers: Vec<_> = (0..8)
-        .map(|_| {
-            let (lock, stop, reads) = (Arc::clone(&lock), Arc::clone(&stop), Arc::clone(&reads));
-            thread::spawn(move || {
-                while !stop.load(Relaxed) {
-                    let guard = lock.lock_shared();
-                    reads.fetch_add(1, Relaxed);
-                    pause(200);
-                    // SAFETY: just acquired.
-                    unsafe { lock.unlock_shared(guard) };
-                }
-            })
-        })
-        .collect();
-    while reads.load(Relaxed) < 1_000 {
-        thread::yield_now();
-    }
-    for round in 0..20 {
-        let lock = Arc::clone(&lock);
-        within(
-            LIVENESS,
-            &format!("writer among readers, round {round}"),
-            move || {
+/// A side of the lock.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Read,
+    Write,
+}
+
+impl Side {
+    /// Takes this side of `lock`, runs `inside`, releases it.
+    fn take<R: Sem>(self, lock: &R, inside: impl FnOnce()) {
+        match self {
+            Side::Read => {
+                let guard = lock.lock_shared();
+                inside();
+                // SAFETY: just acquired.
+                unsafe { lock.unlock_shared(guard) };
+            }
+            Side::Write => {
                 let guard = lock.lock_exclusive();
+                inside();
                 // SAFETY: just acquired.
                 unsafe { lock.unlock_exclusive(guard) };
-            },
-        );
-    }
-    stop.store(true, Relaxed);
-    for reader in readers {
-        reader.join().unwrap();
+            }
+        }
     }
 }
 
-/// Four writers take the lock back to back; a reader must still get in.
-fn reader_gets_in_among_writers<R: Sem>() {
+/// `hogs` threads take the `hog` side back to back (holding it `hold` pauses
+/// each time), overlapping each other so the lock is never free for long; a
+/// thread taking the `newcomer` side must still get in, again and again.
+fn gets_in_among<R: Sem>(newcomer: Side, hog: Side, hogs: usize, hold: u32) {
     let lock = Arc::new(R::INIT);
     let stop = Arc::new(AtomicBool::new(false));
-    let writes = Arc::new(AtomicU64::new(0));
-    let writers: Vec<_> = (0..4)
+    let taken = Arc::new(AtomicU64::new(0));
+    let hoggers: Vec<_> = (0..hogs)
         .map(|_| {
-            let (lock, stop, writes) = (Arc::clone(&lock), Arc::clone(&stop), Arc::clone(&writes));
+            let (lock, stop, taken) = (Arc::clone(&lock), Arc::clone(&stop), Arc::clone(&taken));
             thread::spawn(move || {
                 while !stop.load(Relaxed) {
-                    let guard = lock.lock_exclusive();
-                    writes.fetch_add(1, Relaxed);
-                    pause(100);
-                    // SAFETY: just acquired.
-                    unsafe { lock.unlock_exclusive(guard) };
+                    hog.take(&*lock, || {
+                        taken.fetch_add(1, Relaxed);
+                        pause(hold);
+                    });
                 }
             })
         })
         .collect();
-    while writes.load(Relaxed) < 1_000 {
-        thread::yield_now();
-    }
+    wait_until(&format!("1000 {hog:?} acquisitions"), || {
+        taken.load(Relaxed) >= 1_000
+    });
     for round in 0..20 {
         let lock = Arc::clone(&lock);
         within(
             LIVENESS,
-            &format!("reader among writers, round {round}"),
-            move || {
-                let guard = lock.lock_shared();
-                // SAFETY: just acquired.
-                unsafe { lock.unlock_shared(guard) };
-            },
+            &format!("{newcomer:?} among {hog:?}, round {round}"),
+            move || newcomer.take(&*lock, || {}),
         );
     }
     stop.store(true, Relaxed);
-    for writer in writers {
-        writer.join().unwrap();
+    for hogger in hoggers {
+        hogger.join().unwrap();
     }
 }
 
 /// Polls `lock`'s `Debug` output until it contains `what`.
 fn wait_for_debug(lock: &impl std::fmt::Debug, what: &str) {
-    let deadline = Instant::now() + LIVENESS;
-    while !format!("{lock:?}").contains(what) {
-        assert!(Instant::now() < deadline, "never saw {what} in {lock:?}");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(&format!("{what} in the lock's Debug output"), || {
+        format!("{lock:?}").contains(what)
+    });
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -719,12 +697,14 @@ macro_rules! liveness_tests {
 
             #[test]
             fn writer_gets_in_while_eight_readers_take_it_back_to_back() {
-                writer_gets_in_among_readers::<$raw>();
+                // Eight readers, each holding for 200 pauses.
+                gets_in_among::<$raw>(Side::Write, Side::Read, 8, 200);
             }
 
             #[test]
             fn reader_gets_in_while_writers_take_it_back_to_back() {
-                reader_gets_in_among_writers::<$raw>();
+                // Four writers, each holding for 100 pauses.
+                gets_in_among::<$raw>(Side::Read, Side::Write, 4, 100);
             }
 
             #[test]
@@ -1030,14 +1010,9 @@ fn downgrade_admits_readers<R: Sem>() {
     // SAFETY: `w` is ours.
     let r = unsafe { lock.downgrade(w) };
     assert!(!lock.is_locked_exclusive());
-    let deadline = Instant::now() + LIVENESS;
-    while readers_in.load(Relaxed) < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "queued readers not let in by downgrade"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("queued readers let in by downgrade", || {
+        readers_in.load(Relaxed) >= 3
+    });
     assert!(lock.try_lock_exclusive().is_none());
     assert!(!writer_in.load(Relaxed), "writer got in beside readers");
     // SAFETY: `r` is ours.

@@ -17,7 +17,7 @@
 //!
 //! No timing thresholds: sleepers are detected by polling GETNCNT/GETZCNT,
 //! completions by polling a flag, each under a generous deadline
-//! (`sem_common::DEADLINE`) that fails the test instead of hanging; a
+//! (`common::PATIENCE`) that fails the test instead of hanging; a
 //! per-test watchdog aborts the process (after removing every kernel set) if
 //! something hangs anyway. A failing assertion removes the set first, so the
 //! sleepers of that scenario wake (EIDRM) and the scope can be joined.
@@ -27,11 +27,13 @@
 //! ksync half always runs.
 #![cfg(not(loom))]
 
+mod common;
 mod sem_common;
 
+use common::wait_until;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMVMX, SEM_UNDO};
 use sem_common::{
-    finish, my_pid, sb, sysv_available, wait_until, KernelSet, RmOnPanic, Sems, UndoChild, Watchdog,
+    finish, my_pid, sb, sysv_available, KernelSet, RmOnPanic, Sems, UndoChild, Watchdog,
 };
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};

@@ -51,6 +51,7 @@
 //! 65..=130; about 2 s in debug mode, 30 000 cases in about 100 s.
 #![cfg(not(loom))]
 
+mod common;
 mod sem_common;
 
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMMSL, SEMOPM, SEM_UNDO};

@@ -27,6 +27,7 @@
 //! message (`KSYNC_REQUIRE_SYSV=1` makes that a failure).
 #![cfg(not(loom))]
 
+mod common;
 mod sem_common;
 
 use ksync::sem::{SemBuf, SemSet, SemUndo, SEM_UNDO};

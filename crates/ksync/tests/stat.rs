@@ -1,7 +1,7 @@
 //! `ksync::stat`: contention forced deterministically (a holder sleeps while
 //! a waiter is known to be waiting), counted exactly, waits at least the
 //! enforced delay; histograms sum to the counts; reset, merge, registry, and
-//! the report's table, seed line and JSON.
+//! the report's table, one-line summaries and JSON.
 //!
 //! A test knows a thread is waiting because the raw lock under `Stat` is a
 //! `Probe`, which counts entries into its blocking calls: `Stat` only calls
@@ -10,6 +10,9 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
+use common::wait_until;
 use ksync::rwsem::RawRwSem;
 use ksync::spin::{RawQSpinLock, RawTasLock, RawTicketLock};
 use ksync::stat::{self, Histogram, LockStatSnapshot, LockStats, Registry, Report, Stat, BUCKETS};
@@ -36,13 +39,11 @@ impl<R> Probe<R> {
         self.blocking.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Spins until `n` calls have entered a blocking path.
+    /// Waits until `n` calls have entered a blocking path.
     fn wait_for_waiters(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.blocking.load(Ordering::SeqCst) < n {
-            assert!(Instant::now() < deadline, "waiters never arrived");
-            thread::yield_now();
-        }
+        wait_until(&format!("{n} waiters"), || {
+            self.blocking.load(Ordering::SeqCst) >= n
+        });
     }
 }
 
@@ -522,7 +523,7 @@ fn reset_zeroes_everything_and_restarts_the_window() {
 }
 
 #[test]
-fn per_mille_is_the_seeds_formula() {
+fn per_mille_is_spraul_2010_formula() {
     stat::calibrate();
     let lock: Stat<Probe<RawQSpinLock>> = mutex();
     lock.mark_start();

@@ -1,8 +1,10 @@
 //! Bounded torture tests: every lock, 2, 8 and 64 threads (64 on a 2-core
 //! machine is the oversubscribed case), through the exclusion check in
-//! `common`. `broken_lock_is_caught` proves the check can fail.
+//! `exclusion`. `broken_lock_is_caught` proves the check can fail.
 
 mod common;
+#[path = "torture/exclusion.rs"]
+mod exclusion;
 
 #[path = "torture/mcs.rs"]
 mod mcs;
@@ -23,7 +25,11 @@ mod ticket;
 #[test]
 fn broken_lock_is_caught() {
     for attempt in 1..=10 {
-        let report = common::hammer(<common::BrokenLock as lock_api::RawMutex>::INIT, 8, 20_000);
+        let report = exclusion::hammer(
+            <exclusion::BrokenLock as lock_api::RawMutex>::INIT,
+            8,
+            20_000,
+        );
         if !report.is_exact() {
             eprintln!(
                 "broken lock caught on attempt {attempt}: counted {} of {}, {} violations",

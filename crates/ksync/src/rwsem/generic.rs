@@ -1,10 +1,10 @@
 //! The 2001 "generic" rwsem: counters under a spinlock and a FIFO wait list.
 //!
-//! This is the design David Howells posted as `lib/rwsem-spinlock.c` in the
-//! April 2001 thread of seed 002 ("simpler since it does not have to use
-//! atomic operations on the counters as all accesses to them are governed by
-//! a blanket spinlock"), which the kernel kept as its portable rwsem until
-//! 2019.
+//! This is the design David Howells posted as `lib/rwsem-spinlock.c` in
+//! "\[PATCH\] rw_semaphores, optimisations" (LKML, 22 April 2001; "simpler
+//! since it does not have to use atomic operations on the counters as all
+//! accesses to them are governed by a blanket spinlock"), which the kernel
+//! kept as its portable rwsem until 2019.
 //!
 //! # State
 //!

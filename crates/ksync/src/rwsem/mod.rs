@@ -3,7 +3,7 @@
 //!
 //! | | [`RawRwSem`] | [`RawSpinRwSem`] |
 //! |---|---|---|
-//! | kernel source | `kernel/locking/rwsem.c` (today) | `lib/rwsem-spinlock.c` (2001, seed 002) |
+//! | kernel source | `kernel/locking/rwsem.c` (today) | `lib/rwsem-spinlock.c` (Howells, April 2001) |
 //! | state | one atomic count word | counters under a spinlock |
 //! | uncontended read / write | one atomic read-modify-write | spinlock round trip |
 //! | queue | FIFO, readers and writers | FIFO, readers and writers |

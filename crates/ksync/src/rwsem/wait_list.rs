@@ -181,6 +181,7 @@ impl<X> Waiter<X> {
     /// Whether a waker has handed this waiter the lock.
     #[inline]
     pub(super) fn is_granted(&self) -> bool {
+        // Pairs with the release store of `GRANTED` in `Wakeups::deliver`.
         self.word.load(Ordering::Acquire) == GRANTED
     }
 
@@ -403,6 +404,7 @@ impl<X> Wakeups<X> {
             // SAFETY: we dequeued the node and have not granted it yet.
             cursor = unsafe { node.next.get_dequeued() };
             let word: *const AtomicU32 = &node.word;
+            // Pairs with the owner's acquire load in `Waiter::is_granted`.
             node.word.store(GRANTED, Ordering::Release);
             // SAFETY: `word` was the node's futex word; see `wake_ptr`.
             unsafe { futex::wake_ptr(word, 1) };

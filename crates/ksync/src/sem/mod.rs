@@ -1,5 +1,7 @@
 //! System V semaphore sets in user space, with the kernel's `semop` and
-//! `semctl` semantics and the optimisations of seeds 000 and 003.
+//! `semctl` semantics and the optimisations of Manfred Spraul's "ipc/sem.c:
+//! Optimization for reducing spinlock contention" (LKML, April 2010) and
+//! Kenneth W. Chen's "ipc semaphore optimization" (LKML, June 2003).
 //!
 //! A [`SemSet`] is an array of counters on which one call performs several
 //! operations atomically: all of them or none, in array order. An operation
@@ -26,26 +28,26 @@
 //!
 //! # How it is built
 //!
-//! * **Per-semaphore locks and a global mode** (`set.rs`): a call with one
+//! * **Per-semaphore locks and a global mode** (`mode.rs`): a call with one
 //!   operation takes only its semaphore's lock; a complex call switches the
 //!   set to global locking, and it switches back ten global unlocks after the
 //!   last complex sleeper left (the kernel's hysteresis).
-//! * **The waker completes the sleeper** (seed 003): a waker performs the
-//!   sleeper's operation for it, under the lock, and publishes the result in
-//!   the sleeper's status word with a release store. The sleeper returns it
+//! * **The waker completes the sleeper** (Chen, 2003; `complete.rs`): a
+//!   waker performs the sleeper's operation for it, under the lock, and
+//!   publishes the result in the sleeper's status word with a release store. The sleeper returns it
 //!   without retaking any lock: no retry, no rescan.
-//! * **Wake-ups after the locks are dropped** (seed 000): futex wakes are
+//! * **Wake-ups after the locks are dropped** (Spraul, 2010): futex wakes are
 //!   collected under the lock and issued after it is released.
-//! * **O(N) bulk wake-ups** (seed 000): per-semaphore wait lists, so an
+//! * **O(N) bulk wake-ups** (Spraul, 2010): per-semaphore wait lists, so an
 //!   increment of 64 semaphores looks at their 64 sleepers only; a scan
 //!   restarts only when a skipped sleeper could have become runnable.
-//! * **Hot state on its own cache line** (seed 000): each semaphore (lock,
+//! * **Hot state on its own cache line** (Spraul, 2010): each semaphore (lock,
 //!   value, lists) has its own line; the mode word everyone reads is apart
 //!   from the global lock everyone writes.
 //! * **Lock-free single operations**: a single operation on a semaphore
 //!   nobody waits on is one compare-and-swap on a word that holds the value
-//!   and the flags every locked path sets first (`set.rs`).
-//! * **Bulk wake-ups in one system call**: the one thing the kernel does
+//!   and the flags every locked path sets first (`word.rs`).
+//! * **Bulk wake-ups in one system call** (`crate::futex_batch`): the one thing the kernel does
 //!   cheaper than user space is waking many sleepers: it wakes 64 tasks
 //!   inside one `semop`, while a futex-based set pays one `FUTEX_WAKE` per
 //!   sleeper, and every local wake-up preempts the poster at the call's exit.
@@ -65,8 +67,23 @@
 //!
 //! [`SemCounters`] show the work: operation attempts, list entries visited,
 //! wake-ups, and how many of those needed a futex call. [`SemSet::lock_stats`]
-//! shows the global lock itself (free, contended, wait), as seed 000
+//! shows the global lock itself (free, contended, wait), as Spraul's series
 //! measured the kernel's array lock.
+//!
+//! # Modules
+//!
+//! | module | what |
+//! |---|---|
+//! | `set.rs` | [`SemSet`]: `semop` and `semctl`, the path of a call |
+//! | `mode.rs` | which lock a call takes: none, its semaphore's, or the global one; the hysteresis |
+//! | `word.rs` | a semaphore's value and the flags that keep lock-free operations off it |
+//! | `perform.rs` | evaluating an operation array: all or nothing, in array order |
+//! | `complete.rs` | the wait lists: queueing a sleeper, completing it in the waker, the rescan rule |
+//! | `queue.rs` | a sleeper's node and status word: the complete / wake handshake |
+//! | `state.rs` | the set's shared state and its cache-line layout |
+//! | `undo.rs`, `undo_entry.rs` | `SEM_UNDO`: contexts and their per-set adjustments |
+//! | `lock.rs` | [`RawSemLock`], the sleeping lock every one of the set's locks is |
+//! | `counters.rs`, `stamp.rs`, `error.rs` | [`SemCounters`]; pids and times; [`SemError`] |
 //!
 //! # Differences from the kernel
 //!
@@ -79,16 +96,25 @@
 //!   process); [`SemSet::semop`] with `SEM_UNDO` fails with
 //!   [`SemError::Invalid`].
 
+mod complete;
+mod counters;
 mod error;
 mod lock;
+mod mode;
+mod perform;
 mod queue;
 mod set;
+mod stamp;
+mod state;
 mod undo;
+mod undo_entry;
+mod word;
 
+pub use counters::SemCounters;
 pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
-pub use set::{SemCounters, SemSet, SemStat};
+pub use set::{SemSet, SemStat};
 pub use undo::SemUndo;
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).

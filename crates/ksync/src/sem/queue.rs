@@ -3,9 +3,10 @@
 //! A sleeper is a [`Sleeper`] node in the blocked caller's own stack frame,
 //! like the kernel's `struct sem_queue`. Wait lists hold pointers to nodes;
 //! a list is only touched by a thread that holds the lock protecting it (see
-//! `set.rs`), so a queued node's fields are stable while a waker reads them.
+//! `mode.rs`), so a queued node's fields are stable while a waker reads them.
 //!
-//! The status word is the whole handshake (seed 003's "no retry"):
+//! The status word is the whole handshake (the "no retry" of Kenneth W.
+//! Chen's "ipc semaphore optimization", LKML, June 2003):
 //!
 //! | status | meaning | written by |
 //! |---|---|---|
@@ -18,8 +19,9 @@
 //! that moment the owner may return and its frame may be gone, so the waker
 //! never touches the node again: if the swap returned `PARKED` it keeps the
 //! word's address and issues the futex wake after it dropped every lock
-//! (seed 000: wake-ups outside the lock), through a raw pointer used as a key
-//! only. A stray wake of whatever lives at that address later is a spurious
+//! (wake-ups outside the lock, from Manfred Spraul's "ipc/sem.c: Optimization
+//! for reducing spinlock contention", LKML, April 2010), through a raw
+//! pointer used as a key only. A stray wake of whatever lives at that address later is a spurious
 //! wake-up, which every futex sleeper in ksync tolerates.
 //!
 //! The owner spins on the word for a short while before it parks, and the
@@ -34,7 +36,7 @@ use core::ptr::NonNull;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::undo::UndoEntry;
+use super::undo_entry::UndoEntry;
 use super::SemBuf;
 use crate::futex::{self, Wake};
 use crate::relax::cpu_relax;
@@ -154,6 +156,8 @@ impl Sleeper {
     /// still be queued: the caller settles that under the lock).
     pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
         let spins = spin_budget();
+        // Every acquire load of `status` here pairs with the release swap in
+        // `Wakeups::deliver`: a result read is the waker's whole operation.
         for i in 0..spins {
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
@@ -191,7 +195,7 @@ impl Sleeper {
 
 /// A pointer to a queued [`Sleeper`]. Lists only hold nodes whose owners are
 /// blocked inside the call, and only lock holders touch them.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct NodeRef(NonNull<Sleeper>);
 
 // SAFETY: a NodeRef is only dereferenced by a thread holding the lock that
@@ -239,6 +243,8 @@ impl Wakeups {
         // node is alive until this swap makes the result visible.
         let word = unsafe { &node.get().status };
         let word_ptr = word as *const AtomicU32;
+        // Pairs with the owner's acquire loads of `status` in
+        // `Sleeper::wait` (and, after a time-out, in `SemSet::op`).
         if word.swap(status, Ordering::Release) == PARKED {
             self.words.push(word_ptr);
         }

@@ -13,42 +13,17 @@
 //! for one (context, set) pair. The set keeps a strong reference in its list
 //! (SETVAL and SETALL clear adjustments in every context, removal forgets
 //! them); the context keeps the entry and a weak reference to the set, so a
-//! set that is gone is simply skipped when the context drops. Each adjustment
-//! is read and written only under the lock that protects its semaphore's
-//! value, so relaxed atomics suffice.
+//! set that is gone is simply skipped when the context drops.
 
 use std::sync::{Arc, Mutex, Weak};
 
-use super::set::SetShared;
-use super::SemError;
-use crate::sync::{AtomicI32, Ordering};
-
-/// One context's adjustments for one set (the kernel's `sem_undo`).
-pub(crate) struct UndoEntry {
-    adj: Box<[AtomicI32]>,
-}
-
-impl UndoEntry {
-    fn new(nsems: usize) -> Self {
-        UndoEntry {
-            adj: (0..nsems).map(|_| AtomicI32::new(0)).collect(),
-        }
-    }
-
-    /// Semaphore `num`'s adjustment. Caller holds the lock protecting `num`.
-    pub(super) fn get(&self, num: usize) -> i32 {
-        self.adj[num].load(Ordering::Relaxed)
-    }
-
-    /// Sets semaphore `num`'s adjustment. Caller holds the lock protecting `num`.
-    pub(super) fn set(&self, num: usize, value: i32) {
-        self.adj[num].store(value, Ordering::Relaxed);
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.adj.len()
-    }
-}
+use super::error::SemError;
+use super::queue::Wakeups;
+use super::stamp::current_pid;
+use super::state::SetShared;
+use super::undo_entry::UndoEntry;
+use super::SEMVMX;
+use crate::sync::Ordering;
 
 struct UndoLink {
     set: Weak<SetShared>,
@@ -132,5 +107,96 @@ impl core::fmt::Debug for SemUndo {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let sets = self.links.lock().map_or(0, |l| l.len());
         f.debug_struct("SemUndo").field("sets", &sets).finish()
+    }
+}
+
+impl SetShared {
+    /// Enters a new context's entry in the set's list (the kernel's
+    /// `list_id`), unless the set is gone.
+    pub(super) fn register_undo(&self, entry: Arc<UndoEntry>) -> Result<(), SemError> {
+        let mut list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_deleted() {
+            return Err(SemError::Removed);
+        }
+        list.push(entry);
+        Ok(())
+    }
+
+    /// Applies a dropped context's adjustments (the kernel's `exit_sem`).
+    pub(super) fn apply_undo(&self, entry: &Arc<UndoEntry>) {
+        let held = self.lock_global();
+        let mut wakeups = Wakeups::default();
+        if !self.is_deleted() {
+            self.undo_list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|e| !Arc::ptr_eq(e, entry));
+            let pid = current_pid();
+            for num in 0..entry.len() {
+                let adj = entry.get(num);
+                if adj != 0 {
+                    // Never blocks: Linux clamps instead, at both ends.
+                    let value = (self.value(num) + adj).clamp(0, SEMVMX);
+                    self.set_value_locked(num, value);
+                    self.sems[num].pid.store(pid, Ordering::Relaxed);
+                }
+            }
+            self.smart_update(&held, None, true, &mut wakeups);
+        }
+        self.unlock(held);
+        wakeups.wake_all();
+    }
+
+    /// Zeroes adjustment `num` (or all, `None`) in every context. Global lock held.
+    pub(super) fn clear_undo(&self, num: Option<usize>) {
+        let list = self.undo_list.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in list.iter() {
+            match num {
+                Some(n) => entry.set(n, 0),
+                None => (0..entry.len()).for_each(|n| entry.set(n, 0)),
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sem::SemSet;
+
+    #[test]
+    fn applying_clamps_at_both_ends_and_forgets_the_entry() {
+        let set = SemSet::new(3).unwrap();
+        set.set_all(&[1, (SEMVMX - 1) as u16, 4]).unwrap();
+        let shared = set.shared();
+        let entry = Arc::new(UndoEntry::new(3));
+        shared.register_undo(Arc::clone(&entry)).unwrap();
+        entry.set(0, -5);
+        entry.set(1, 5);
+        entry.set(2, -1);
+        shared.apply_undo(&entry);
+        assert_eq!(set.get_all().unwrap(), [0, SEMVMX as u16, 3]);
+        assert!(shared.undo_list.lock().unwrap().is_empty());
+        assert_eq!(set.pid(1), Ok(current_pid()));
+    }
+
+    #[test]
+    fn clearing_zeroes_one_adjustment_or_all_in_every_context() {
+        let set = SemSet::new(2).unwrap();
+        let shared = set.shared();
+        let entries = [Arc::new(UndoEntry::new(2)), Arc::new(UndoEntry::new(2))];
+        for entry in &entries {
+            shared.register_undo(Arc::clone(entry)).unwrap();
+            entry.set(0, 3);
+            entry.set(1, -2);
+        }
+        shared.clear_undo(Some(1));
+        assert!(entries.iter().all(|e| e.get(0) == 3 && e.get(1) == 0));
+        shared.clear_undo(None);
+        assert!(entries.iter().all(|e| e.get(0) == 0 && e.get(1) == 0));
+        // A removed set takes no new entries.
+        set.remove().unwrap();
+        let late = Arc::new(UndoEntry::new(2));
+        assert_eq!(shared.register_undo(late), Err(SemError::Removed));
     }
 }

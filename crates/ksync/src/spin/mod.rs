@@ -12,14 +12,20 @@
 //! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
 //! thread-local, so they need the `std` feature; the others work in `no_std`.
 
+mod backoff;
+#[cfg(any(feature = "std", loom))]
+mod events;
 mod mcs;
 #[cfg(any(feature = "std", loom))]
 mod pv;
 #[cfg(any(feature = "std", loom))]
 mod qspin;
+#[cfg(any(feature = "std", loom))]
+mod queued;
 mod tas;
 mod ticket;
 
+pub use backoff::*;
 pub use mcs::*;
 #[cfg(any(feature = "std", loom))]
 pub use pv::*;

@@ -9,21 +9,9 @@
 //!
 //! # State
 //!
-//! The lock word, little-endian, as the triple `(tail, pending, locked)`:
-//!
-//! | bits | field | |
-//! |---|---|---|
-//! | 0..8 | `locked` | 1 while held (the paravirt lock also uses 3, see `pv.rs`) |
-//! | 8..16 | `pending` | 1 while the second contender waits for the owner |
-//! | 16..18 | tail index | which of the tail thread's four nodes (nesting depth) |
-//! | 18..32 | tail slot + 1 | the last queued thread's [slot](crate::thread_slot), 0 = no queue |
-//!
-//! Each thread slot owns four MCS nodes (`next`, `locked`) that live forever,
-//! so a waiter can name its node in 16 bits and others can find it from the
-//! word. A thread uses its next node only when it must queue for a lock while
-//! already queued for another (from a signal handler, say: the kernel's task,
-//! softirq, hardirq and NMI levels); deeper than four, or without a slot, it
-//! spins on `try_lock` without a node, as the kernel does.
+//! The word and the queue nodes are the contract both queued locks share
+//! (`queued.rs`): `(tail, pending, locked)` in 32 bits, and four queue
+//! nodes per thread, named in the tail by slot and nesting depth.
 //!
 //! # Transitions
 //!
@@ -78,247 +66,24 @@
 //! # Oversubscription
 //!
 //! The queue is FIFO: when threads outnumber cores, a preempted waiter stalls
-//! everyone queued behind it, exactly the problem of seed 001. Use
-//! [`RawPvQSpinLock`](super::RawPvQSpinLock) there.
+//! everyone queued behind it, exactly the problem of Waiman Long's "[PATCH
+//! v10 13/19] unfair qspinlock: Enable lock stealing in lock waiters" (LKML
+//! and xen-devel, May 2014). Use [`RawPvQSpinLock`](super::RawPvQSpinLock)
+//! there.
 
 use core::ptr;
 
-use crate::relax::cpu_relax;
-use crate::sync::{self, unmodelled, AtomicU32, Ordering};
-use crate::thread_slot::{self, QNode, SlotBlock, NODES_PER_SLOT};
-
-// ---------------------------------------------------------------------------
-// The lock word (shared with the paravirt lock).
-
-/// `locked` byte value of a held lock (`_Q_LOCKED_VAL`).
-pub(super) const LOCKED_VAL: u32 = 1;
-/// The `locked` byte (`_Q_LOCKED_MASK`).
-pub(super) const LOCKED_MASK: u32 = 0xff;
-/// The pending bit (`_Q_PENDING_VAL`); its whole byte is reserved so it can
-/// be written with a byte store.
-pub(super) const PENDING_VAL: u32 = 1 << 8;
-/// The pending byte (`_Q_PENDING_MASK`).
-pub(super) const PENDING_MASK: u32 = 0xff << 8;
-/// `locked` and `pending` together (`_Q_LOCKED_PENDING_MASK`).
-pub(super) const LOCKED_PENDING_MASK: u32 = LOCKED_MASK | PENDING_MASK;
-/// Where the tail starts (`_Q_TAIL_OFFSET`).
-pub(super) const TAIL_OFFSET: u32 = 16;
-/// The tail's nesting index, bits 16..18 (`_Q_TAIL_IDX_OFFSET`).
-pub(super) const TAIL_IDX_OFFSET: u32 = 16;
-/// The tail's nesting index field.
-pub(super) const TAIL_IDX_MASK: u32 = 0b11 << TAIL_IDX_OFFSET;
-/// The tail's slot + 1, bits 18..32 (`_Q_TAIL_CPU_OFFSET`).
-pub(super) const TAIL_SLOT_OFFSET: u32 = 18;
-/// The whole tail (`_Q_TAIL_MASK`).
-pub(super) const TAIL_MASK: u32 = 0xffff << TAIL_OFFSET;
-
-const _: () = {
-    assert!(NODES_PER_SLOT == 1 << (TAIL_SLOT_OFFSET - TAIL_IDX_OFFSET));
-    // Slot + 1 must fit the 14 bits above the index.
-    assert!(thread_slot::MAX_SLOTS < 1 << (32 - TAIL_SLOT_OFFSET));
+use super::events::{event_set, EventCounter};
+use super::queued::{
+    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, NodeLease, LOCKED_MASK,
+    LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
 };
-
-/// The tail code of node `idx` of slot `slot`: `((slot + 1) << 18) | (idx << 16)`.
-#[inline]
-pub(super) const fn encode_tail(slot: u32, idx: u32) -> u32 {
-    ((slot + 1) << TAIL_SLOT_OFFSET) | (idx << TAIL_IDX_OFFSET)
-}
-
-/// `(slot, idx)` of a non-zero tail code.
-#[inline]
-pub(super) const fn tail_fields(tail: u32) -> (u32, u32) {
-    (
-        (tail >> TAIL_SLOT_OFFSET) - 1,
-        (tail & TAIL_IDX_MASK) >> TAIL_IDX_OFFSET,
-    )
-}
-
-/// The node a non-zero tail code names. Its slot was claimed by the thread
-/// that published the code, so its block exists (blocks are never freed).
-#[inline]
-pub(super) fn decode_tail(tail: u32) -> &'static QNode {
-    let (slot, idx) = tail_fields(tail);
-    &thread_slot::block(slot).nodes[idx as usize]
-}
-
-/// Swaps our tail code into bits 16..32 (`xchg_tail`) and returns the old
-/// tail, in place (bits 16..32). Acquire-release, see the module comment.
-#[inline]
-pub(super) fn xchg_tail(word: &AtomicU32, tail: u32) -> u32 {
-    u32::from(sync::swap_high_u16(
-        word,
-        (tail >> TAIL_OFFSET) as u16,
-        Ordering::AcqRel,
-    )) << TAIL_OFFSET
-}
-
-/// `node` as the raw pointer `QNode::next` holds.
-#[inline]
-pub(super) fn node_ptr(node: &'static QNode) -> *mut QNode {
-    node as *const QNode as *mut QNode
-}
-
-/// Waits for the successor that swapped itself into the tail behind `node` to
-/// link in, unless it already has (`next` non-null), and returns its node.
-#[inline]
-pub(super) fn wait_for_next(node: &QNode, mut next: *mut QNode) -> &'static QNode {
-    while next.is_null() {
-        cpu_relax();
-        next = node.next.load(Ordering::Acquire);
-    }
-    // SAFETY: a non-null `next` was stored by a successor from its own
-    // `&'static QNode` (see `node_ptr`); slot blocks are never freed.
-    unsafe { &*next }
-}
-
-// ---------------------------------------------------------------------------
-// Per-thread queue nodes.
-
-/// One of this thread's queue nodes, held for one slow-path acquisition;
-/// dropping it gives the nesting level back (the kernel's `count--`).
-pub(super) struct NodeLease {
-    block: &'static SlotBlock,
-    idx: u32,
-    tail: u32,
-}
-
-impl NodeLease {
-    /// The next free node of this thread, or `None` when the thread has no
-    /// slot (all taken, or it is being torn down) or is already queued on
-    /// [`NODES_PER_SLOT`] locks; the caller then waits without a node.
-    #[inline]
-    pub(super) fn claim() -> Option<NodeLease> {
-        let slot = thread_slot::current()?;
-        let idx = slot.block.nesting.load(Ordering::Relaxed);
-        if idx as usize >= NODES_PER_SLOT {
-            return None;
-        }
-        slot.block.nesting.store(idx + 1, Ordering::Relaxed);
-        // A signal handler that queues from here on must see the node as
-        // taken before we start writing it (the kernel's `barrier()`).
-        sync::signal_fence();
-        Some(NodeLease {
-            block: slot.block,
-            idx,
-            tail: encode_tail(slot.index, idx),
-        })
-    }
-
-    /// The node.
-    #[inline]
-    pub(super) fn node(&self) -> &'static QNode {
-        &self.block.nodes[self.idx as usize]
-    }
-
-    /// Its nesting depth, 0..4.
-    #[inline]
-    pub(super) fn depth(&self) -> u32 {
-        self.idx
-    }
-
-    /// Its tail code.
-    #[inline]
-    pub(super) fn tail(&self) -> u32 {
-        self.tail
-    }
-}
-
-impl Drop for NodeLease {
-    #[inline]
-    fn drop(&mut self) {
-        // Every use of the node comes before the level is given back.
-        sync::signal_fence();
-        self.block.nesting.store(self.idx, Ordering::Relaxed);
-    }
-}
-
-/// Test-only hook run on every iteration of a wait that holds a queue node
-/// (and of the no-node fallback), with the nesting depth; tests use it to
-/// queue on another lock while queued, as a signal handler would.
-#[cfg(all(test, not(loom)))]
-pub(super) mod hook {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        static HOOK: Cell<Option<fn(u32)>> = const { Cell::new(None) };
-    }
-
-    /// Installs (or with `None` removes) this thread's hook.
-    pub(crate) fn set(hook: Option<fn(u32)>) {
-        HOOK.with(|h| h.set(hook));
-    }
-
-    #[inline]
-    pub(crate) fn run(depth: u32) {
-        if let Some(hook) = HOOK.with(Cell::get) {
-            hook(depth);
-        }
-    }
-}
-
-/// See `hook::run`; nothing outside unit tests.
-#[inline(always)]
-pub(super) fn while_queued(depth: u32) {
-    #[cfg(all(test, not(loom)))]
-    hook::run(depth);
-    let _ = depth;
-}
+use crate::relax::cpu_relax;
+use crate::sync::{self, AtomicU32, Ordering};
+use crate::thread_slot::NODES_PER_SLOT;
 
 // ---------------------------------------------------------------------------
 // Event counters.
-
-/// Defines `fn events() -> &'static $set`, the one set of event counters of
-/// a lock family: a global static natively; under loom one leaked set per OS
-/// thread, because a model's simulated threads all run on the test's thread,
-/// so each model counts its own exploration while the test harness runs
-/// models side by side.
-macro_rules! event_set {
-    ($set:ty) => {
-        #[inline]
-        fn events() -> &'static $set {
-            #[cfg(not(loom))]
-            {
-                static EVENTS: $set = <$set>::new();
-                &EVENTS
-            }
-            #[cfg(loom)]
-            {
-                std::thread_local! {
-                    static EVENTS: &'static $set = Box::leak(Box::new(<$set>::new()));
-                }
-                EVENTS.with(|e| *e)
-            }
-        }
-    };
-}
-pub(super) use event_set;
-
-/// An event counter: relaxed, bumped on slow paths only.
-pub(super) struct EventCounter(unmodelled::AtomicU64);
-
-impl EventCounter {
-    pub(super) const fn new() -> Self {
-        EventCounter(unmodelled::AtomicU64::new(0))
-    }
-
-    #[inline]
-    pub(super) fn bump(&self) {
-        self.add(1);
-    }
-
-    #[inline]
-    pub(super) fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(super) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn reset(&self) {
-        self.0.store(0, Ordering::Relaxed);
-    }
-}
 
 /// The native lock's counters, on a cache line of their own.
 #[repr(align(128))]
@@ -568,18 +333,24 @@ impl RawQSpinLock {
         let mut next = ptr::null_mut();
         if old & TAIL_MASK != 0 {
             let prev = decode_tail(old);
+            // Pairs with the predecessor's acquire loads of `next` (below and
+            // in `wait_for_next`): it sees our initialised node.
             prev.next.store(node_ptr(node), Ordering::Release);
+            // Pairs with the predecessor's release hand-over,
+            // `next.locked = 1` at the end of this function.
             while node.locked.load(Ordering::Acquire) == 0 {
                 while_queued(lease.depth());
                 cpu_relax();
             }
             // Most likely a successor is already linked: pick it up now,
-            // while we wait for the owner anyway.
+            // while we wait for the owner anyway. Pairs with its release
+            // store of `prev.next` above.
             next = node.next.load(Ordering::Acquire);
         }
 
         // Queue head: wait for the owner and the pending waiter,
-        // (n,x,y) -> (n,0,0).
+        // (n,x,y) -> (n,0,0). The acquire pairs with the release store in
+        // `unlock`.
         let val = loop {
             let val = self.val.load(Ordering::Acquire);
             if val & LOCKED_PENDING_MASK == 0 {
@@ -603,6 +374,7 @@ impl RawQSpinLock {
         // exists and pending is clear nobody else writes `locked`.
         sync::store_low_u8(&self.val, LOCKED_VAL as u8, Ordering::Relaxed);
         let next = wait_for_next(node, next);
+        // Pairs with the successor's acquire spin on `node.locked` above.
         next.locked.store(1, Ordering::Release);
     }
 
@@ -657,6 +429,9 @@ unsafe impl lock_api::RawMutex for RawQSpinLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Pairs with the acquire of whoever takes the lock next: the fast
+        // path's compare-and-swap, the pending waiter's `fetch_or` and spin
+        // in `lock_slow`, the queue head's spin in `lock_queued`.
         sync::store_low_u8(&self.val, 0, Ordering::Release);
     }
 
@@ -667,57 +442,22 @@ unsafe impl lock_api::RawMutex for RawQSpinLock {
 }
 
 #[cfg(all(test, not(loom)))]
-pub(super) mod tests {
+mod tests {
+    use super::super::queued::encode_tail;
+    use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
     use super::*;
+    use crate::test_common::wait_until;
+    use crate::thread_slot;
     use lock_api::RawMutex;
     use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    /// Spins (sleeping a little) until `cond`, failing after a generous bound
-    /// so a broken lock fails the test instead of hanging it.
-    pub(in crate::spin) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "stuck waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
 
     #[test]
     fn lock_word_layout() {
+        // The word itself, `(tail, pending, locked)`, is `queued.rs`'s and
+        // tested there.
         assert_eq!(core::mem::size_of::<RawQSpinLock>(), 4);
         assert_eq!(core::mem::align_of::<RawQSpinLock>(), 4);
-        assert_eq!(LOCKED_MASK | PENDING_MASK | TAIL_MASK, u32::MAX);
-        assert_eq!(LOCKED_MASK & PENDING_MASK, 0);
-        assert_eq!(PENDING_MASK & TAIL_MASK, 0);
-        assert_eq!(LOCKED_PENDING_MASK, 0xffff);
-        assert_eq!(TAIL_MASK, 0xffff_0000);
-        assert_eq!(TAIL_IDX_MASK | (0x3fff << TAIL_SLOT_OFFSET), TAIL_MASK);
-        // The kernel's encoding: cpu + 1 at 18, idx at 16.
-        assert_eq!(encode_tail(0, 0), 1 << 18);
-        assert_eq!(encode_tail(0, 3), (1 << 18) | (3 << 16));
-        assert_eq!(encode_tail(16382, 2), (16383 << 18) | (2 << 16));
-        for slot in [0, 1, 63, 64, 4095, thread_slot::MAX_SLOTS - 1] {
-            for idx in 0..NODES_PER_SLOT as u32 {
-                let tail = encode_tail(slot, idx);
-                assert_eq!(tail & !TAIL_MASK, 0);
-                assert_ne!(tail, 0);
-                assert_eq!(tail_fields(tail), (slot, idx));
-            }
-        }
-    }
-
-    #[test]
-    fn decode_finds_this_threads_nodes() {
-        let slot = thread_slot::current().unwrap();
-        for idx in 0..NODES_PER_SLOT as u32 {
-            let node = decode_tail(encode_tail(slot.index, idx));
-            assert!(ptr::eq(node, &slot.block.nodes[idx as usize]));
-        }
     }
 
     #[test]
@@ -780,30 +520,17 @@ pub(super) mod tests {
         assert!(qspin_stats().pending > pending_before);
     }
 
-    // Nested queueing through all four nodes and beyond, the way a signal
-    // handler would do it: the hook runs while this thread waits in a queue
-    // and locks the next lock, which is contended too, so the thread queues
-    // with its next node; the fifth level has no node left.
-    const LEVELS: usize = NODES_PER_SLOT + 1;
+    // Nested queueing (see `hook::Nested`).
     static NESTED: [RawQSpinLock; LEVELS] = [const { RawQSpinLock::new() }; LEVELS];
     static DEEPEST: AtomicBool = AtomicBool::new(false);
-    std::thread_local! {
-        static SEEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-    }
 
-    fn nest(depth: u32) {
-        let bit = 1 << depth;
-        if SEEN.with(|s| s.get()) & bit != 0 {
-            return;
+    impl Nested for RawQSpinLock {
+        fn nested() -> &'static [Self; LEVELS] {
+            &NESTED
         }
-        SEEN.with(|s| s.set(s.get() | bit));
-        if (depth as usize) + 1 < LEVELS {
-            let lock = &NESTED[depth as usize + 1];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-        } else {
-            DEEPEST.store(true, O::Release);
+
+        fn deepest() -> &'static AtomicBool {
+            &DEEPEST
         }
     }
 
@@ -825,16 +552,7 @@ pub(super) mod tests {
             })
             .collect();
 
-        let nester = std::thread::spawn(|| {
-            hook::set(Some(nest));
-            let lock = &NESTED[0];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-            hook::set(None);
-            SEEN.with(|s| s.get())
-        });
-        wait_until("the fifth nesting level", || DEEPEST.load(O::Acquire));
+        let nester = spawn_nester::<RawQSpinLock>();
         for (lock, guard) in NESTED.iter().zip(guards).rev() {
             // SAFETY: each guard came from `lock.lock()` on its own lock.
             unsafe { lock.unlock(guard) };

@@ -12,9 +12,11 @@
 //! release, so the critical sections are ordered; failed attempts and polls are
 //! relaxed because they publish and consume nothing.
 //!
-//! It is the "simple test-and-set" row of seed 001: unfair (whoever's CAS lands
-//! first wins, so a thread can starve), no queue, but nobody waits for a
-//! particular thread, so it degrades gracefully when threads outnumber cores.
+//! It is the "simple test-and-set" row of Waiman Long's tables in "[PATCH v10
+//! 13/19] unfair qspinlock: Enable lock stealing in lock waiters" (LKML and
+//! xen-devel, May 2014): unfair (whoever's CAS lands first wins, so a thread
+//! can starve), no queue, but nobody waits for a particular thread, so it
+//! degrades gracefully when threads outnumber cores.
 //! The kernel uses this fallback in `virt_spin_lock()` for guests without
 //! paravirt support, for exactly that reason.
 
@@ -59,6 +61,7 @@ impl RawTasLock {
 
     #[inline(always)]
     fn try_acquire(&self) -> bool {
+        // Pairs with the release store in `unlock`.
         self.held
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -117,6 +120,7 @@ unsafe impl lock_api::RawMutex for RawTasLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Pairs with the acquire compare-and-swap in `try_acquire`.
         self.held.store(false, Ordering::Release);
     }
 

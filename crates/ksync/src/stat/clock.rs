@@ -4,8 +4,9 @@
 //! Why a cycle counter: the wait path reads the clock twice per contended
 //! acquisition and the sampled hold path twice per sample; `rdtsc` is a few
 //! nanoseconds where `Instant::now` (a vDSO `clock_gettime`) is several times
-//! that, and Manfred's patch (seed 000) measured with `rdtscll` for the same
-//! reason. The counter is only trusted when the CPU says it is invariant
+//! that, and Manfred Spraul's lock statistics patch ("ipc/sem.c: Optimization
+//! for reducing spinlock contention", LKML, April 2010) measured with
+//! `rdtscll` for the same reason. The counter is only trusted when the CPU says it is invariant
 //! (CPUID leaf `0x8000_0007`, EDX bit 8: constant rate, and it keeps ticking
 //! in deep C-states) or when Linux says so (`constant_tsc` and `nonstop_tsc`
 //! in `/proc/cpuinfo`, which covers hypervisors that hide the CPUID bit).

@@ -2,9 +2,10 @@
 //! threads waited for it, how long it was held, as the kernel's lock
 //! statistics report them.
 //!
-//! Seed 000 found why SysV semaphores were slow by counting, on the array
-//! spinlock, the acquisitions that found it free and those that had to wait,
-//! and the cycles spent waiting: 91% of acquisitions waited and 47% of all
+//! Manfred Spraul's "ipc/sem.c: Optimization for reducing spinlock
+//! contention" (LKML, April 2010) found why SysV semaphores were slow by
+//! counting, on the array spinlock, the acquisitions that found it free and
+//! those that had to wait, and the cycles spent waiting: 91% of acquisitions waited and 47% of all
 //! CPU time went into spinning. No profile showed that so plainly. Users of
 //! `parking_lot` have asked for these numbers for years (its issues 82 and
 //! 176); [`Stat`] gives them for any lock, cheaply enough to leave on.
@@ -14,8 +15,8 @@
 //! `R` has), so `lock_api::Mutex<Stat<R>, T>` is a drop-in replacement for
 //! `lock_api::Mutex<R, T>`. Snapshots ([`LockStatSnapshot`]) sum over several
 //! locks; a [`Registry`] of named locks prints one [`Report`] of all of them,
-//! as a table like the kernel's `/proc/lock_stat`, as JSON, or in the seed's
-//! one-line form.
+//! as a table like the kernel's `/proc/lock_stat`, as JSON, or in the one-line
+//! form of Spraul's debugging patch.
 //!
 //! ```
 //! use ksync::spin::RawQSpinLock;
@@ -46,7 +47,7 @@
 //!
 //! # What it costs
 //!
-//! An acquisition first tries the lock (as the seed's patch did with
+//! An acquisition first tries the lock (as Spraul's patch did with
 //! `spin_trylock`). If that succeeds, the only extra work is bumping a
 //! counter; a writer does that with a plain load and store, not an atomic
 //! read-modify-write, because it holds the lock and nobody else writes that
@@ -90,7 +91,7 @@
 //!
 //! # The per-mille figure
 //!
-//! The seed's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
+//! Spraul's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
 //! the share of the whole machine's time that went into waiting for this
 //! lock. For a spinlock that is CPU time burnt; for a sleeping lock such as
 //! [`RawRwSem`](crate::rwsem::RawRwSem) it is time threads spent blocked.
@@ -108,13 +109,17 @@
 //! benchmark does.
 
 mod clock;
+mod counters;
+mod lock_stats;
 mod report;
 mod snapshot;
 
 pub use clock::{calibrate, ClockSource};
+pub use lock_stats::LockStats;
 pub use report::{registry, RegistrationId, Registry, Report, ReportRow};
 pub use snapshot::{Histogram, LockStatSnapshot, SideStats, BUCKETS};
 
+use self::counters::{add, raise, Counters, SideCounters};
 use crate::sync::unmodelled::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 use core::fmt;
@@ -160,110 +165,6 @@ impl<G> StatGuard<G> {
     #[inline(always)]
     fn new(inner: G, since: u64) -> Self {
         StatGuard { inner, since }
-    }
-}
-
-/// Counters touched only by contended acquisitions and timed holds.
-struct Counters {
-    /// Clock ticks when the per-mille window began, 0 if it has not.
-    start: AtomicU64,
-    write: SideCounters,
-    read: SideCounters,
-    wait_hist: [AtomicU64; BUCKETS],
-    hold_hist: [AtomicU64; BUCKETS],
-}
-
-struct SideCounters {
-    contended: AtomicU64,
-    wait_total: AtomicU64,
-    wait_max: AtomicU64,
-    hold_samples: AtomicU64,
-    hold_total: AtomicU64,
-    hold_max: AtomicU64,
-    timeouts: AtomicU64,
-    timeout_wait: AtomicU64,
-}
-
-/// Adds `v`, returning the old value. `excl`: the caller holds the lock
-/// exclusively and is the only writer, so a load and a store suffice (the
-/// lock's own acquire and release order them against the previous and next
-/// holders); otherwise an atomic read-modify-write.
-#[inline(always)]
-fn add(a: &AtomicU64, v: u64, excl: bool) -> u64 {
-    if excl {
-        let old = a.load(Relaxed);
-        a.store(old.wrapping_add(v), Relaxed);
-        old
-    } else {
-        a.fetch_add(v, Relaxed)
-    }
-}
-
-/// Raises `a` to `v` if `v` is larger; `excl` as for [`add`].
-#[inline(always)]
-fn raise(a: &AtomicU64, v: u64, excl: bool) {
-    if v > a.load(Relaxed) {
-        if excl {
-            a.store(v, Relaxed);
-        } else {
-            a.fetch_max(v, Relaxed);
-        }
-    }
-}
-
-impl SideCounters {
-    const fn new() -> Self {
-        SideCounters {
-            contended: AtomicU64::new(0),
-            wait_total: AtomicU64::new(0),
-            wait_max: AtomicU64::new(0),
-            hold_samples: AtomicU64::new(0),
-            hold_total: AtomicU64::new(0),
-            hold_max: AtomicU64::new(0),
-            timeouts: AtomicU64::new(0),
-            timeout_wait: AtomicU64::new(0),
-        }
-    }
-
-    fn reset(&self) {
-        for a in [
-            &self.contended,
-            &self.wait_total,
-            &self.wait_max,
-            &self.hold_samples,
-            &self.hold_total,
-            &self.hold_max,
-            &self.timeouts,
-            &self.timeout_wait,
-        ] {
-            a.store(0, Relaxed);
-        }
-    }
-
-    fn snapshot(&self, free: u64) -> SideStats {
-        SideStats {
-            free,
-            contended: self.contended.load(Relaxed),
-            wait_total_ns: self.wait_total.load(Relaxed),
-            wait_max_ns: self.wait_max.load(Relaxed),
-            hold_samples: self.hold_samples.load(Relaxed),
-            hold_sampled_ns: self.hold_total.load(Relaxed),
-            hold_max_ns: self.hold_max.load(Relaxed),
-            timeouts: self.timeouts.load(Relaxed),
-            timeout_wait_ns: self.timeout_wait.load(Relaxed),
-        }
-    }
-}
-
-impl Counters {
-    const fn new() -> Self {
-        Counters {
-            start: AtomicU64::new(0),
-            write: SideCounters::new(),
-            read: SideCounters::new(),
-            wait_hist: [const { AtomicU64::new(0) }; BUCKETS],
-            hold_hist: [const { AtomicU64::new(0) }; BUCKETS],
-        }
     }
 }
 
@@ -703,133 +604,6 @@ unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD>
             Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
             None => self.wait_for_timed(false, || self.raw.try_lock_exclusive_until(timeout)),
         }
-    }
-}
-
-/// Something that keeps lock statistics: one [`Stat`] lock, a `lock_api`
-/// lock over one, or a collection of them (summed, as the per-semaphore
-/// locks of a semaphore set are). What a [`Registry`] holds.
-pub trait LockStats {
-    /// The statistics now, summed if there are several locks.
-    fn snapshot(&self) -> LockStatSnapshot;
-
-    /// Zeroes the statistics and restarts the per-mille window.
-    fn reset(&self);
-
-    /// Starts the per-mille window if it has not started.
-    fn mark_start(&self) {}
-}
-
-impl<R, const HOLD: u32> LockStats for Stat<R, HOLD> {
-    fn snapshot(&self) -> LockStatSnapshot {
-        Stat::snapshot(self)
-    }
-
-    fn reset(&self) {
-        Stat::reset(self)
-    }
-
-    fn mark_start(&self) {
-        Stat::mark_start(self)
-    }
-}
-
-impl<R: RawMutex, T: ?Sized, const HOLD: u32> LockStats for lock_api::Mutex<Stat<R, HOLD>, T> {
-    fn snapshot(&self) -> LockStatSnapshot {
-        raw_mutex(self).snapshot()
-    }
-
-    fn reset(&self) {
-        raw_mutex(self).reset()
-    }
-
-    fn mark_start(&self) {
-        raw_mutex(self).mark_start()
-    }
-}
-
-impl<R: RawRwLock, T: ?Sized, const HOLD: u32> LockStats for lock_api::RwLock<Stat<R, HOLD>, T> {
-    fn snapshot(&self) -> LockStatSnapshot {
-        raw_rwlock(self).snapshot()
-    }
-
-    fn reset(&self) {
-        raw_rwlock(self).reset()
-    }
-
-    fn mark_start(&self) {
-        raw_rwlock(self).mark_start()
-    }
-}
-
-fn raw_mutex<R: RawMutex, T: ?Sized, const HOLD: u32>(
-    m: &lock_api::Mutex<Stat<R, HOLD>, T>,
-) -> &Stat<R, HOLD> {
-    // SAFETY: `raw` is unsafe only because the raw lock could be unlocked
-    // behind a guard's back; the statistics methods never lock or unlock.
-    unsafe { m.raw() }
-}
-
-fn raw_rwlock<R: RawRwLock, T: ?Sized, const HOLD: u32>(
-    m: &lock_api::RwLock<Stat<R, HOLD>, T>,
-) -> &Stat<R, HOLD> {
-    // SAFETY: as in `raw_mutex`.
-    unsafe { m.raw() }
-}
-
-impl<S: LockStats> LockStats for [S] {
-    fn snapshot(&self) -> LockStatSnapshot {
-        self.iter().map(S::snapshot).sum()
-    }
-
-    fn reset(&self) {
-        self.iter().for_each(S::reset)
-    }
-
-    fn mark_start(&self) {
-        self.iter().for_each(S::mark_start)
-    }
-}
-
-impl<S: LockStats, const N: usize> LockStats for [S; N] {
-    fn snapshot(&self) -> LockStatSnapshot {
-        self[..].snapshot()
-    }
-
-    fn reset(&self) {
-        self[..].reset()
-    }
-
-    fn mark_start(&self) {
-        self[..].mark_start()
-    }
-}
-
-impl<S: LockStats> LockStats for Vec<S> {
-    fn snapshot(&self) -> LockStatSnapshot {
-        self[..].snapshot()
-    }
-
-    fn reset(&self) {
-        self[..].reset()
-    }
-
-    fn mark_start(&self) {
-        self[..].mark_start()
-    }
-}
-
-impl<S: LockStats + ?Sized> LockStats for Box<S> {
-    fn snapshot(&self) -> LockStatSnapshot {
-        (**self).snapshot()
-    }
-
-    fn reset(&self) {
-        (**self).reset()
-    }
-
-    fn mark_start(&self) {
-        (**self).mark_start()
     }
 }
 

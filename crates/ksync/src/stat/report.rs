@@ -257,8 +257,9 @@ pub struct ReportRow {
 }
 
 /// Statistics of named locks, printable as a table ([`table`](Self::table),
-/// also `Display`), as JSON ([`to_json`](Self::to_json)) or in the seed's
-/// one-line form ([`summary_lines`](Self::summary_lines)).
+/// also `Display`), as JSON ([`to_json`](Self::to_json)) or in the one-line
+/// form of Spraul's 2010 ipc/sem.c series
+/// ([`summary_lines`](Self::summary_lines)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Report {
@@ -303,8 +304,9 @@ impl Report {
         self.rows.iter().find(|r| r.name == name).map(|r| &r.stats)
     }
 
-    /// The seed's form, one line per row: `NAME: free F contended C wait W
-    /// avg A 1/1000 cpu time P` (times in nanoseconds).
+    /// The one-line form of Spraul's 2010 ipc/sem.c series, one line per
+    /// row: `NAME: free F contended C wait W avg A 1/1000 cpu time P` (times
+    /// in nanoseconds).
     pub fn summary_lines(&self) -> String {
         let mut out = String::new();
         for row in &self.rows {

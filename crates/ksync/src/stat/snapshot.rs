@@ -239,7 +239,7 @@ impl LockStatSnapshot {
     }
 
     /// The waits as per-mille of all online CPUs' time over the window:
-    /// `1000 * wait / (elapsed * cpus)`, rounded down as the seed's kernel
+    /// `1000 * wait / (elapsed * cpus)`, rounded down as Spraul's 2010 kernel
     /// patch did (47.07% printed as 470). 0 when no time has elapsed.
     pub fn per_mille(&self) -> u64 {
         per_mille(self.wait_total_ns(), self.elapsed_ns, self.cpus)
@@ -334,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_figure() {
+    fn spraul_2010_figures() {
         // Before the series: 110278262115 cycles waited over 58573142769
         // cycles on 4 CPUs printed 470 (47.07%).
         assert_eq!(per_mille(110_278_262_115, 58_573_142_769, 4), 470);

@@ -6,84 +6,33 @@
 //! test thread under loom, summed over the exploration) show which paths it
 //! took.
 
+use crate::exclusion::{contend, try_lock_against_lock, Main};
 use ksync::spin::{pv_stats, PvStats, RawPvQSpinLock};
 use lock_api::RawMutex;
-use loom::cell::UnsafeCell;
-use loom::sync::Arc;
 use loom::thread;
 
-struct Shared {
-    lock: RawPvQSpinLock,
-    counter: UnsafeCell<usize>,
-}
-
-// SAFETY: `counter` is only touched with `lock` held (that is what the model
-// checks).
-unsafe impl Sync for Shared {}
-
-fn increment(shared: &Shared, times: usize) {
-    for _ in 0..times {
-        let guard = shared.lock.lock();
-        // SAFETY: the lock is held; loom reports it if it is not exclusive.
-        shared.counter.with_mut(|c| unsafe { *c += 1 });
-        // SAFETY: `guard` came from `lock()` on this lock.
-        unsafe { shared.lock.unlock(guard) };
+/// Waits until the thread spawned last has entered the slow path, the
+/// staged model's cue for the next arrival.
+fn in_the_slow_path(_: &RawPvQSpinLock) {
+    let queued = pv_stats().slowpath;
+    while pv_stats().slowpath == queued {
+        thread::yield_now();
     }
-}
-
-/// How the model's main thread takes part.
-#[derive(Clone, Copy)]
-enum Main {
-    /// Like every other thread.
-    Contends,
-    /// Takes the lock first, spawns the others one at a time, each once the
-    /// previous one has entered the slow path, and releases the lock after
-    /// the last.
-    Staged,
 }
 
 /// Runs `threads` threads (the model's main thread among them) that each take
 /// the lock `times` times; returns the events counted over the exploration.
-fn model(builder: loom::model::Builder, threads: usize, times: usize, main: Main) -> Seen {
+fn model(builder: loom::model::Builder, threads: usize, times: u32, main: Main) -> Seen {
     let before = pv_stats();
-    builder.check(move || {
-        let shared = Arc::new(Shared {
-            lock: RawPvQSpinLock::new(),
-            counter: UnsafeCell::new(0),
-        });
-        let spawn = || {
-            let shared = Arc::clone(&shared);
-            thread::spawn(move || increment(&shared, times))
-        };
-        let others: Vec<_> = match main {
-            Main::Contends => {
-                let others: Vec<_> = (1..threads).map(|_| spawn()).collect();
-                increment(&shared, times);
-                others
-            }
-            Main::Staged => {
-                let guard = shared.lock.lock();
-                let mut others = Vec::new();
-                for _ in 1..threads {
-                    others.push(spawn());
-                    let queued = pv_stats().slowpath;
-                    while pv_stats().slowpath == queued {
-                        thread::yield_now();
-                    }
-                }
-                // SAFETY: the lock is held.
-                shared.counter.with_mut(|c| unsafe { *c += times });
-                // SAFETY: `guard` came from `lock()` on this lock.
-                unsafe { shared.lock.unlock(guard) };
-                others
-            }
-        };
-        others.into_iter().for_each(|t| t.join().unwrap());
-        // SAFETY: every other thread has been joined.
-        let total = shared.counter.with(|c| unsafe { *c });
-        assert_eq!(total, threads * times);
-        assert!(!shared.lock.is_locked() && !shared.lock.is_contended());
-    });
+    contend(
+        builder,
+        RawPvQSpinLock::new,
+        threads,
+        times,
+        main,
+        in_the_slow_path,
+        |lock| !lock.is_locked() && !lock.is_contended(),
+    );
     Seen::between(&before, &pv_stats())
 }
 
@@ -184,27 +133,5 @@ fn pv_three_threads_staged() {
 /// between attempts) is excluded like any other, and gets in eventually.
 #[test]
 fn pv_try_lock_against_lock() {
-    loom::model(|| {
-        let shared = Arc::new(Shared {
-            lock: RawPvQSpinLock::new(),
-            counter: UnsafeCell::new(0),
-        });
-        let locker = {
-            let shared = Arc::clone(&shared);
-            thread::spawn(move || increment(&shared, 1))
-        };
-        let guard = loop {
-            match shared.lock.try_lock() {
-                Some(guard) => break guard,
-                None => thread::yield_now(),
-            }
-        };
-        // SAFETY: the lock is held.
-        shared.counter.with_mut(|c| unsafe { *c += 1 });
-        // SAFETY: `guard` came from `try_lock()` on this lock.
-        unsafe { shared.lock.unlock(guard) };
-        locker.join().unwrap();
-        // SAFETY: the other thread has been joined.
-        assert_eq!(shared.counter.with(|c| unsafe { *c }), 2);
-    });
+    try_lock_against_lock(RawPvQSpinLock::new);
 }

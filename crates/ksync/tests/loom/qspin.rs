@@ -5,89 +5,35 @@
 //! thread under loom, summed over every execution) show that the
 //! exploration took the pending path and the MCS queue.
 
+use crate::exclusion::{contend, try_lock_against_lock, Main};
 use ksync::spin::{qspin_stats, RawQSpinLock};
 use lock_api::RawMutex;
-use loom::cell::UnsafeCell;
-use loom::sync::Arc;
 use loom::thread;
 
-struct Shared {
-    lock: RawQSpinLock,
-    counter: UnsafeCell<usize>,
-}
-
-// SAFETY: `counter` is only touched with `lock` held (that is what the model
-// checks).
-unsafe impl Sync for Shared {}
-
-fn increment(shared: &Shared, times: usize) {
-    for _ in 0..times {
-        let guard = shared.lock.lock();
-        // SAFETY: the lock is held; loom reports it if it is not exclusive.
-        shared.counter.with_mut(|c| unsafe { *c += 1 });
-        // SAFETY: `guard` came from `lock()` on this lock.
-        unsafe { shared.lock.unlock(guard) };
+/// Waits until the lock shows a waiter (pending or queued), the staged
+/// model's cue for the next arrival.
+fn a_waiter(lock: &RawQSpinLock) {
+    while !lock.is_contended() {
+        thread::yield_now();
     }
-}
-
-/// How the model's main thread takes part.
-#[derive(Clone, Copy)]
-enum Main {
-    /// Like every other thread.
-    Contends,
-    /// Takes the lock before spawning the others, spawns them one at a time,
-    /// each once the lock shows a waiter, and releases the lock after the
-    /// last: the second contender surely takes the pending path and the third
-    /// queues unless the hand-over beats it, so loom spends its preemptions on
-    /// the hand-overs rather than on the arrivals.
-    Staged,
 }
 
 /// Runs `threads` threads (the model's main thread among them) that each take
 /// the lock `times` times; returns how many acquisitions over the whole
-/// exploration took the pending path and the queue.
-fn model(builder: loom::model::Builder, threads: usize, times: usize, main: Main) -> Seen {
+/// exploration took the pending path and the queue. Staged: the second
+/// contender surely takes the pending path and the third queues unless the
+/// hand-over beats it.
+fn model(builder: loom::model::Builder, threads: usize, times: u32, main: Main) -> Seen {
     let before = qspin_stats();
-    builder.check(move || {
-        let shared = Arc::new(Shared {
-            lock: RawQSpinLock::new(),
-            counter: UnsafeCell::new(0),
-        });
-        let spawn = || {
-            let shared = Arc::clone(&shared);
-            thread::spawn(move || increment(&shared, times))
-        };
-        let wait_for_a_waiter = || {
-            while !shared.lock.is_contended() {
-                thread::yield_now();
-            }
-        };
-        let others: Vec<_> = match main {
-            Main::Contends => {
-                let others: Vec<_> = (1..threads).map(|_| spawn()).collect();
-                increment(&shared, times);
-                others
-            }
-            Main::Staged => {
-                let guard = shared.lock.lock();
-                let mut others = Vec::new();
-                for _ in 1..threads {
-                    others.push(spawn());
-                    wait_for_a_waiter();
-                }
-                // SAFETY: the lock is held.
-                shared.counter.with_mut(|c| unsafe { *c += times });
-                // SAFETY: `guard` came from `lock()` on this lock.
-                unsafe { shared.lock.unlock(guard) };
-                others
-            }
-        };
-        others.into_iter().for_each(|t| t.join().unwrap());
-        // SAFETY: every other thread has been joined.
-        let total = shared.counter.with(|c| unsafe { *c });
-        assert_eq!(total, threads * times);
-        assert!(!shared.lock.is_locked());
-    });
+    contend(
+        builder,
+        RawQSpinLock::new,
+        threads,
+        times,
+        main,
+        a_waiter,
+        |lock| !lock.is_locked(),
+    );
     let after = qspin_stats();
     Seen {
         pending: after.pending - before.pending,
@@ -138,27 +84,5 @@ fn qspin_three_threads_staged() {
 /// between attempts) is excluded like any other, and gets in eventually.
 #[test]
 fn qspin_try_lock_against_lock() {
-    loom::model(|| {
-        let shared = Arc::new(Shared {
-            lock: RawQSpinLock::new(),
-            counter: UnsafeCell::new(0),
-        });
-        let locker = {
-            let shared = Arc::clone(&shared);
-            thread::spawn(move || increment(&shared, 1))
-        };
-        let guard = loop {
-            match shared.lock.try_lock() {
-                Some(guard) => break guard,
-                None => thread::yield_now(),
-            }
-        };
-        // SAFETY: the lock is held.
-        shared.counter.with_mut(|c| unsafe { *c += 1 });
-        // SAFETY: `guard` came from `try_lock()` on this lock.
-        unsafe { shared.lock.unlock(guard) };
-        locker.join().unwrap();
-        // SAFETY: the other thread has been joined.
-        assert_eq!(shared.counter.with(|c| unsafe { *c }), 2);
-    });
+    try_lock_against_lock(RawQSpinLock::new);
 }

@@ -2,7 +2,7 @@
 //! paths with their wake / grant handshake, downgrade, and timed waiters that
 //! give up (under loom a timed wait that would sleep times out at once, and
 //! the kernel design treats every waiter as handoff-eligible and every spin
-//! budget as spent: see `src/rwsem/kernel.rs`).
+//! budget as spent: see `src/rwsem/kernel/mod.rs`).
 //!
 //! What is checked, in every interleaving loom explores:
 //!
@@ -27,14 +27,14 @@
 //! still catch, for instance, a reader granted beside a writer that stole the
 //! lock (`two_writers_one_reader`).
 
+use crate::exclusion::Shared;
 use ksync::rwsem::{RawRwSem, RawSpinRwSem};
 use lock_api::{RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
-use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
 
-trait Sem:
+pub(crate) trait Sem:
     RawRwLock + RawRwLockDowngrade + RawRwLockTimed<Duration = Duration> + Send + Sync + 'static
 {
     fn create() -> Self;
@@ -52,25 +52,17 @@ impl Sem for RawSpinRwSem {
     }
 }
 
-struct Shared<R> {
-    lock: R,
-    value: UnsafeCell<u32>,
-}
-
+/// The reader-writer models' operations on the shared counter.
 impl<R: Sem> Shared<R> {
-    fn new() -> Arc<Self> {
-        Arc::new(Shared {
-            lock: R::create(),
-            value: UnsafeCell::new(0),
-        })
+    fn with_new_lock() -> Arc<Self> {
+        Shared::new(R::create())
     }
 
     fn write(&self) {
         let guard = self.lock.lock_exclusive();
         // A hold: others may run here without spending a preemption.
         thread::yield_now();
-        // SAFETY: exclusive access while the write lock is held (loom checks it).
-        self.value.with_mut(|v| unsafe { *v += 1 });
+        self.bump_locked(1);
         // SAFETY: `guard` came from `lock_exclusive` just above.
         unsafe { self.lock.unlock_exclusive(guard) };
     }
@@ -78,8 +70,7 @@ impl<R: Sem> Shared<R> {
     fn read(&self) -> u32 {
         let guard = self.lock.lock_shared();
         thread::yield_now();
-        // SAFETY: no writer while the read lock is held (loom checks it).
-        let value = self.value.with(|v| unsafe { *v });
+        let value = self.read_locked();
         // SAFETY: `guard` came from `lock_shared` just above.
         unsafe { self.lock.unlock_shared(guard) };
         value
@@ -88,15 +79,11 @@ impl<R: Sem> Shared<R> {
     /// Write, downgrade, read what we wrote, release.
     fn write_then_downgrade(&self) {
         let guard = self.lock.lock_exclusive();
-        // SAFETY: exclusive access while the write lock is held.
-        let mine = self.value.with_mut(|v| unsafe {
-            *v += 1;
-            *v
-        });
+        let mine = self.bump_locked(1);
         // SAFETY: `guard` is our exclusive acquisition.
         let shared = unsafe { self.lock.downgrade(guard) };
-        // SAFETY: still no writer: we hold a read lock.
-        let seen = self.value.with(|v| unsafe { *v });
+        // Still no writer: we hold a read lock.
+        let seen = self.read_locked();
         assert_eq!(seen, mine, "a writer got in during or after the downgrade");
         // SAFETY: `shared` is our shared acquisition.
         unsafe { self.lock.unlock_shared(shared) };
@@ -106,8 +93,7 @@ impl<R: Sem> Shared<R> {
     fn timed_read(&self) -> bool {
         match self.lock.try_lock_shared_for(Duration::from_secs(1)) {
             Some(guard) => {
-                // SAFETY: no writer while the read lock is held.
-                self.value.with(|v| unsafe { *v });
+                self.read_locked();
                 // SAFETY: `guard` is our shared acquisition.
                 unsafe { self.lock.unlock_shared(guard) };
                 true
@@ -120,8 +106,7 @@ impl<R: Sem> Shared<R> {
     fn timed_write(&self) -> bool {
         match self.lock.try_lock_exclusive_for(Duration::from_secs(1)) {
             Some(guard) => {
-                // SAFETY: exclusive access while the write lock is held.
-                self.value.with_mut(|v| unsafe { *v += 1 });
+                self.bump_locked(1);
                 // SAFETY: `guard` is our exclusive acquisition.
                 unsafe { self.lock.unlock_exclusive(guard) };
                 true
@@ -140,8 +125,7 @@ impl<R: Sem> Shared<R> {
             .lock
             .try_lock_exclusive()
             .expect("flags left set after every thread left");
-        // SAFETY: exclusive access while the write lock is held.
-        let value = self.value.with(|v| unsafe { *v });
+        let value = self.read_locked();
         // SAFETY: `guard` is our exclusive acquisition.
         unsafe { self.lock.unlock_exclusive(guard) };
         value
@@ -168,7 +152,7 @@ fn bounded(model: impl Fn() + Sync + Send + 'static) {
 // ----- the models, generic over the design -----
 
 fn two_writers<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let other = spawn(&shared, |s| s.write());
     shared.write();
     other.join().unwrap();
@@ -176,7 +160,7 @@ fn two_writers<R: Sem>() {
 }
 
 fn reader_and_writer<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let writer = spawn(&shared, |s| s.write());
     let seen = shared.read();
     writer.join().unwrap();
@@ -185,7 +169,7 @@ fn reader_and_writer<R: Sem>() {
 }
 
 fn downgrade_beside_reader<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let reader = spawn(&shared, |s| {
         s.read();
     });
@@ -195,7 +179,7 @@ fn downgrade_beside_reader<R: Sem>() {
 }
 
 fn timed_reader_gives_up<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let timed = spawn(&shared, |s| {
         s.timed_read();
     });
@@ -205,7 +189,7 @@ fn timed_reader_gives_up<R: Sem>() {
 }
 
 fn timed_writer_gives_up<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let timed = {
         let shared = Arc::clone(&shared);
         thread::spawn(move || shared.timed_write())
@@ -216,7 +200,7 @@ fn timed_writer_gives_up<R: Sem>() {
 }
 
 fn two_readers_one_writer<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let a = spawn(&shared, |s| {
         s.read();
     });
@@ -230,7 +214,7 @@ fn two_readers_one_writer<R: Sem>() {
 }
 
 fn two_writers_one_reader<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let a = spawn(&shared, |s| s.write());
     let b = spawn(&shared, |s| s.write());
     let seen = shared.read();
@@ -241,7 +225,7 @@ fn two_writers_one_reader<R: Sem>() {
 }
 
 fn downgrade_with_reader_and_writer<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let reader = spawn(&shared, |s| {
         s.read();
     });
@@ -255,7 +239,7 @@ fn downgrade_with_reader_and_writer<R: Sem>() {
 /// A timed reader gives up between a writer and a reader: the waiters around
 /// it must still be served and the flags fixed.
 fn timed_reader_between_waiters<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let timed = spawn(&shared, |s| {
         s.timed_read();
     });
@@ -270,7 +254,7 @@ fn timed_reader_between_waiters<R: Sem>() {
 
 /// A timed writer gives up while a writer and a reader contend.
 fn timed_writer_between_waiters<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let timed = {
         let shared = Arc::clone(&shared);
         thread::spawn(move || shared.timed_write())
@@ -287,7 +271,7 @@ fn timed_writer_between_waiters<R: Sem>() {
 /// Two operations per thread, so the second ones meet whatever flags and
 /// queue state the first ones left behind.
 fn two_rounds<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let other = spawn(&shared, |s| {
         s.write();
         s.read();
@@ -300,7 +284,7 @@ fn two_rounds<R: Sem>() {
 
 /// Timed attempts of both kinds against plain ones.
 fn timed_rounds<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let timed = {
         let shared = Arc::clone(&shared);
         thread::spawn(move || {
@@ -320,14 +304,13 @@ fn timed_rounds<R: Sem>() {
 /// the release and the wake-up it triggers, which must then back off the
 /// reader's grant (and, under loom, request handoff for it).
 fn release_races_spinner<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let guard = shared.lock.lock_exclusive();
     let reader = spawn(&shared, |s| {
         s.read();
     });
     let writer = spawn(&shared, |s| s.write());
-    // SAFETY: exclusive access while the write lock is held.
-    shared.value.with_mut(|v| unsafe { *v += 1 });
+    shared.bump_locked(1);
     // SAFETY: `guard` is our exclusive acquisition.
     unsafe { shared.lock.unlock_exclusive(guard) };
     reader.join().unwrap();
@@ -339,14 +322,13 @@ fn release_races_spinner<R: Sem>() {
 /// the last reader out must wake the writer, and the late reader must neither
 /// get in beside the writer nor be forgotten.
 fn readers_drain_to_writer<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let guard = shared.lock.lock_shared();
     let writer = spawn(&shared, |s| s.write());
     let reader = spawn(&shared, |s| {
         s.read();
     });
-    // SAFETY: no writer while the read lock is held.
-    shared.value.with(|v| unsafe { *v });
+    shared.read_locked();
     // SAFETY: `guard` is our shared acquisition.
     unsafe { shared.lock.unlock_shared(guard) };
     writer.join().unwrap();
@@ -359,7 +341,7 @@ fn readers_drain_to_writer<R: Sem>() {
 /// leaves first in the queue or behind the reader, the reader must be served
 /// and the flags fixed.
 fn timed_waiter_leaves_while_held<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let guard = shared.lock.lock_exclusive();
     let timed = {
         let shared = Arc::clone(&shared);
@@ -378,18 +360,16 @@ fn timed_waiter_leaves_while_held<R: Sem>() {
 /// The main thread holds the write lock while a reader and a writer queue,
 /// then downgrades: the reader may join it, the writer must wait for both.
 fn downgrade_while_queued<R: Sem>() {
-    let shared = Shared::<R>::new();
+    let shared = Shared::<R>::with_new_lock();
     let guard = shared.lock.lock_exclusive();
     let reader = spawn(&shared, |s| {
         s.read();
     });
     let writer = spawn(&shared, |s| s.write());
-    // SAFETY: exclusive access while the write lock is held.
-    shared.value.with_mut(|v| unsafe { *v += 1 });
+    shared.bump_locked(1);
     // SAFETY: `guard` is our exclusive acquisition.
     let shared_guard = unsafe { shared.lock.downgrade(guard) };
-    // SAFETY: no writer while the read lock is held.
-    let seen = shared.value.with(|v| unsafe { *v });
+    let seen = shared.read_locked();
     assert_eq!(seen, 1, "a writer got in during or after the downgrade");
     // SAFETY: `shared_guard` is our shared acquisition.
     unsafe { shared.lock.unlock_shared(shared_guard) };

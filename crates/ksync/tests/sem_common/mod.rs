@@ -20,10 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// How long a test waits for a condition (a sleeper to appear in ncnt, a
-/// thread to finish) before it fails instead of hanging. Only a watchdog:
-/// the conditions normally hold within microseconds.
-pub const DEADLINE: Duration = Duration::from_secs(20);
+use crate::common::PATIENCE;
 
 fn last_errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -291,9 +288,9 @@ impl<S: Sems> Drop for RmOnPanic<'_, S> {
 }
 
 /// Joins a scoped thread, failing (not hanging) if it does not finish
-/// within `DEADLINE`; a panic in the thread is propagated.
+/// within [`PATIENCE`]; a panic in the thread is propagated.
 pub fn finish<T>(what: &str, h: thread::ScopedJoinHandle<'_, T>) -> T {
-    finish_within(what, h, DEADLINE)
+    finish_within(what, h, PATIENCE)
 }
 
 /// `finish` with a longer limit, for threads that do a lot of work.
@@ -351,18 +348,6 @@ pub fn sysv_available(test: &str) -> bool {
 /// `std::process::id()` as GETPID reports it.
 pub fn my_pid() -> i32 {
     std::process::id() as i32
-}
-
-/// Polls `cond` until it holds; fails the test after `DEADLINE`.
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out after {DEADLINE:?} waiting for: {what}"
-        );
-        thread::sleep(Duration::from_micros(200));
-    }
 }
 
 /// One interface over a `SemSet` and a kernel set, errors as errno values, so

@@ -4,7 +4,7 @@
 //! under contention; one thread holding many MCS locks at once, released in
 //! and out of order; forgotten guards and threads that exit holding a lock.
 
-use crate::common::assert_excludes;
+use crate::exclusion::assert_excludes;
 use crate::ticket::{panic_in_critical_section_releases, try_lock_under_contention};
 use ksync::spin::{McsLock, McsMutex, McsNode, RawMcsLock};
 use lock_api::RawMutex;

@@ -9,7 +9,7 @@
 use ksync::spin::{pv_stats, set_pv_spin_threshold, RawPvQSpinLock};
 use lock_api::RawMutex;
 
-use crate::common::{self, assert_excludes, hammer};
+use crate::exclusion::{self, assert_excludes, hammer};
 
 #[test]
 fn two_threads() {
@@ -28,17 +28,17 @@ fn sixty_four_threads_oversubscribed() {
 
 #[test]
 fn try_lock_under_contention() {
-    common::try_lock_under_contention::<RawPvQSpinLock>(5_000);
+    exclusion::try_lock_under_contention::<RawPvQSpinLock>(5_000);
 }
 
 #[test]
 fn guard_drop_on_panic_unlocks() {
-    common::guard_drop_on_panic_unlocks::<RawPvQSpinLock>();
+    exclusion::guard_drop_on_panic_unlocks::<RawPvQSpinLock>();
 }
 
 #[test]
 fn threads_holding_several_locks() {
-    common::threads_holding_several_locks::<RawPvQSpinLock>(6, 2_000);
+    exclusion::threads_holding_several_locks::<RawPvQSpinLock>(6, 2_000);
 }
 
 /// Waiters that sleep almost at once: every hand-over goes through the

@@ -10,7 +10,7 @@
 use ksync::spin::RawQSpinLock;
 use lock_api::RawMutex;
 
-use crate::common::{self, assert_excludes};
+use crate::exclusion::{self, assert_excludes};
 
 #[test]
 fn two_threads() {
@@ -29,15 +29,15 @@ fn sixty_four_threads_oversubscribed() {
 
 #[test]
 fn try_lock_under_contention() {
-    common::try_lock_under_contention::<RawQSpinLock>(500);
+    exclusion::try_lock_under_contention::<RawQSpinLock>(500);
 }
 
 #[test]
 fn guard_drop_on_panic_unlocks() {
-    common::guard_drop_on_panic_unlocks::<RawQSpinLock>();
+    exclusion::guard_drop_on_panic_unlocks::<RawQSpinLock>();
 }
 
 #[test]
 fn threads_holding_several_locks() {
-    common::threads_holding_several_locks::<RawQSpinLock>(4, 300);
+    exclusion::threads_holding_several_locks::<RawQSpinLock>(4, 300);
 }

@@ -1,7 +1,7 @@
 //! RawSemLock (the futex mutex inside semaphore sets) through the exclusion
 //! check, plus try_lock, panic and several-locks behaviour.
 
-use crate::common::{self, assert_excludes};
+use crate::exclusion::{self, assert_excludes};
 use ksync::sem::RawSemLock;
 use lock_api::RawMutex;
 
@@ -24,15 +24,15 @@ fn sixty_four_threads_oversubscribed() {
 
 #[test]
 fn try_lock_under_contention() {
-    common::try_lock_under_contention::<RawSemLock>(20_000);
+    exclusion::try_lock_under_contention::<RawSemLock>(20_000);
 }
 
 #[test]
 fn a_panic_while_holding_the_guard_releases_the_lock() {
-    common::guard_drop_on_panic_unlocks::<RawSemLock>();
+    exclusion::guard_drop_on_panic_unlocks::<RawSemLock>();
 }
 
 #[test]
 fn threads_holding_several_locks() {
-    common::threads_holding_several_locks::<RawSemLock>(16, 500);
+    exclusion::threads_holding_several_locks::<RawSemLock>(16, 500);
 }

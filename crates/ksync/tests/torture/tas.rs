@@ -1,6 +1,6 @@
 //! RawTasLock through the exclusion check, plus try_lock and panic behaviour.
 
-use crate::common::{self, assert_excludes};
+use crate::exclusion::{self, assert_excludes};
 use ksync::spin::RawTasLock;
 use lock_api::RawMutex;
 use std::sync::Arc;
@@ -51,5 +51,5 @@ fn try_lock_fails_while_held_and_succeeds_after() {
 
 #[test]
 fn a_panic_while_holding_the_guard_releases_the_lock() {
-    common::guard_drop_on_panic_unlocks::<RawTasLock>();
+    exclusion::guard_drop_on_panic_unlocks::<RawTasLock>();
 }

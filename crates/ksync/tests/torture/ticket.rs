@@ -6,7 +6,7 @@
 //! each handover may wait for a scheduler time slice. The iteration counts
 //! keep every test within a few seconds there.
 
-use crate::common::{assert_excludes, hammer};
+use crate::exclusion::{assert_excludes, hammer};
 use ksync::spin::{
     AutoTunedBackoff, AutoTunedBackoffGuest, AutoTunedPerLock, AutoTunedPerLockGuest,
     DefaultDelayStorage, FixedBackoff, NoDelayStorage, RawTicketLock, Spin, TicketMutex, DELAY_ONE,
@@ -204,7 +204,8 @@ ticket_flavour!(auto_tuned, AutoTunedBackoff);
 ticket_flavour!(auto_tuned_guest, AutoTunedBackoffGuest);
 ticket_flavour!(auto_tuned_per_lock, AutoTunedPerLock);
 ticket_flavour!(auto_tuned_per_lock_guest, AutoTunedPerLockGuest);
-// Seed 004's refinements: a raised floor and the condition-free decay.
+// Michel Lespinasse's refinements (his review of Rik van Riel's auto-tuned
+// backoff, LKML, January 2013): a raised floor and the condition-free decay.
 ticket_flavour!(
     auto_tuned_per_lock_refined,
     AutoTunedPerLock<NATIVE_MAX_DELAY, DefaultDelayStorage, { 32 * DELAY_ONE }, true>

@@ -98,21 +98,12 @@
 //!
 //! # Writer optimistic spinning
 //!
-//! The kernel spins while the owning writer is on a CPU, which user space
-//! cannot see. Our equivalent: a writer may spin while the lock's owner keeps
-//! making visible progress, i.e. while each writer owner (the `owner` token)
-//! has held the lock for less than [`WRITER_SPIN_LIMIT`] since we first saw
-//! it; a new owner restarts that clock. A reader-owned lock is spun on for at
-//! most the kernel's `10 + min(readers, 30) / 2` microseconds (25 at most);
-//! a spinner that times out there sets `OWNER_NONSPINNABLE`, so later writers
-//! queue at once until a writer acquires or the readers drain. The whole spin
-//! is capped at [`SPIN_LIMIT`], standing in for the kernel's `need_resched()`.
-//! Spinning never takes a lock marked `HANDOFF`. Only one writer spins at a
-//! time (the kernel's OSQ, reduced to a flag); a writer that finds the flag
-//! taken queues instead of spinning behind it, so spinners do not pile up on
-//! a machine with more threads than cores. The clock is read every 16 polls.
+//! A writer spins on the lock before it queues while the owner keeps making
+//! progress, within time limits that stand in for the kernel's "owner is on a
+//! CPU" and `need_resched()` (`spin.rs`).
 //!
 //! # Handoff
+//!
 //!
 //! A waiter may request handoff once it has waited [`HANDOFF_AFTER`] (the
 //! kernel's `RWSEM_WAIT_TIMEOUT`, at least 4 ms): a writer at its next failed
@@ -154,6 +145,8 @@ use std::time::{Duration, Instant};
 
 use lock_api::GuardSend;
 
+mod spin;
+
 use super::wait_list::{Kind, List, ListCell, WaitLock, Waiter, Wakeups};
 use crate::futex::Wake;
 use crate::relax;
@@ -178,32 +171,6 @@ const MAX_READERS_WAKEUP: usize = 256;
 /// How long a waiter waits before it may request handoff (the kernel's
 /// `RWSEM_WAIT_TIMEOUT`, `HZ / 250` jiffies rounded up: 4 ms).
 const HANDOFF_AFTER: Duration = Duration::from_millis(4);
-
-/// How long a spinning writer keeps spinning on one writer owner. A writer
-/// that holds the lock longer is treated as the kernel treats an owner that is
-/// off its CPU: sleeping beats spinning on it.
-const WRITER_SPIN_LIMIT: Duration = Duration::from_micros(20);
-
-/// The longest one optimistic spin lasts, whatever the owners do.
-const SPIN_LIMIT: Duration = Duration::from_micros(100);
-
-/// Whether a spinner's `polls`-th poll reads the clock: every 16th poll, to
-/// keep clock reads off the critical path (the kernel does the same), and
-/// under loom every poll after the first.
-#[inline]
-fn clock_due(polls: u32) -> bool {
-    #[cfg(not(loom))]
-    return polls.is_multiple_of(16);
-    #[cfg(loom)]
-    return polls > 1;
-}
-
-/// The kernel's `rwsem_rspin_threshold`: 10 µs plus half a µs per reader,
-/// counting at most 30 readers.
-fn reader_spin_limit(count: usize) -> Duration {
-    let readers = ((count & !READ_FAIL) >> READER_SHIFT).min(30) as u64;
-    Duration::from_micros(10 + readers / 2)
-}
 
 /// A moment, for the slow paths' time limits. Under loom there is no clock
 /// and every limit counts as exceeded (see the module documentation).
@@ -274,7 +241,7 @@ enum WakeType {
 /// a writer spins briefly on a running owner before it queues, and a waiter
 /// that has waited 4 ms gets the lock next. The [module
 /// documentation](crate::rwsem) compares it with [`RawSpinRwSem`](crate::rwsem::RawSpinRwSem);
-/// the algorithm is described at the top of `src/rwsem/kernel.rs`.
+/// the algorithm is described at the top of `src/rwsem/kernel/mod.rs`.
 ///
 /// ```
 /// use ksync::rwsem::RwSem;
@@ -381,6 +348,8 @@ impl RawRwSem {
     /// read lock (the bias stays in for the slow path).
     #[inline]
     fn read_fast(&self) -> Result<(), usize> {
+        // Acquire pairs with the release read-modify-writes of `count` in
+        // `up_read`, `up_write` and `downgrade`.
         let count = self
             .count
             .fetch_add(READER_BIAS, Ordering::Acquire)
@@ -395,6 +364,8 @@ impl RawRwSem {
 
     #[inline]
     fn write_fast(&self) -> bool {
+        // Acquire pairs with the release read-modify-writes of `count` in
+        // `up_read`, `up_write` and `downgrade`.
         let taken = self
             .count
             .compare_exchange(0, WRITER_LOCKED, Ordering::Acquire, Ordering::Relaxed)
@@ -407,6 +378,10 @@ impl RawRwSem {
 
     #[inline]
     fn up_read(&self) {
+        // Release pairs with the next owner's acquire read-modify-write of
+        // `count` (`read_fast`, `write_fast`, `try_lock_shared`,
+        // `try_write_lock`, `optimistic_spin`, the grant in `mark_wake`) or
+        // its acquire load in `read_slow`.
         let count = self
             .count
             .fetch_sub(READER_BIAS, Ordering::Release)
@@ -420,6 +395,7 @@ impl RawRwSem {
     #[inline]
     fn up_write(&self) {
         self.owner.store(0, Ordering::Relaxed);
+        // Release: as in `up_read`.
         let old = self.count.fetch_sub(WRITER_LOCKED, Ordering::Release);
         if old & WAITERS != 0 {
             self.wake();
@@ -455,7 +431,10 @@ impl RawRwSem {
         let mut counted = 0;
         if wake_type != WakeType::ReadOwned {
             // Grant the first reader speculatively: from here on no writer
-            // can take the lock.
+            // can take the lock. Acquire pairs with the release
+            // read-modify-writes of `count` in `up_read`, `up_write` and
+            // `downgrade`; the granted readers inherit it through the
+            // release grant in `Wakeups::deliver`.
             let old = self.count.fetch_add(READER_BIAS, Ordering::Acquire);
             if old & WRITER_LOCKED != 0 {
                 // A writer got in first. Back out, and promise the lock to
@@ -551,6 +530,8 @@ impl RawRwSem {
         let mut list = self.wait.lock();
         let mut adjustment = READER_BIAS.wrapping_neg();
         if list.is_empty() {
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             if self.count.load(Ordering::Acquire) & WRITER_LOCKED == 0 {
                 // Nobody queued and no writer: our bias is a read lock.
                 drop(list);
@@ -659,6 +640,8 @@ impl RawRwSem {
                 }
                 new
             };
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             match self
                 .count
                 .compare_exchange(count, new, Ordering::Acquire, Ordering::Relaxed)
@@ -676,129 +659,6 @@ impl RawRwSem {
         list.remove(node);
         self.set_writer_owned();
         true
-    }
-
-    // ----- optimistic spinning -----
-
-    /// The kernel's `rwsem_optimistic_spin`; see the module documentation.
-    fn optimistic_spin(&self) -> bool {
-        if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
-            return false;
-        }
-        if self.spinner.swap(true, Ordering::Acquire) {
-            return false;
-        }
-        let mut budget = SpinBudget::new();
-        let mut count = self.count.load(Ordering::Relaxed);
-        let taken = loop {
-            if count & (LOCK_MASK | HANDOFF) == 0 {
-                match self.count.compare_exchange(
-                    count,
-                    count | WRITER_LOCKED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        self.set_writer_owned();
-                        break true;
-                    }
-                    Err(actual) => count = actual,
-                }
-            }
-            if count & HANDOFF != 0 || !budget.keep_spinning(self, count) {
-                break false;
-            }
-            relax::cpu_relax();
-            count = self.count.load(Ordering::Relaxed);
-        };
-        self.spinner.store(false, Ordering::Release);
-        taken
-    }
-
-    /// For the waiter `HANDOFF` names: spins while a running writer holds the
-    /// lock; returns whether it saw the lock free. Readers wake it when they
-    /// drain, so it does not spin on them.
-    fn spin_on_owner(&self) -> bool {
-        let mut budget = SpinBudget::new();
-        loop {
-            let count = self.count.load(Ordering::Relaxed);
-            if count & LOCK_MASK == 0 {
-                return true;
-            }
-            if count & WRITER_LOCKED == 0 || !budget.keep_spinning(self, count) {
-                return false;
-            }
-            relax::cpu_relax();
-        }
-    }
-}
-
-/// Who the spinner last saw holding the lock, and since when.
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    Free,
-    Writer { owner: usize, since: Stamp },
-    Readers { since: Stamp, limit: Duration },
-}
-
-/// The time limits of one optimistic spin.
-struct SpinBudget {
-    start: Stamp,
-    polls: u32,
-    phase: Phase,
-}
-
-impl SpinBudget {
-    fn new() -> Self {
-        SpinBudget {
-            start: Stamp::now(),
-            polls: 0,
-            phase: Phase::Free,
-        }
-    }
-
-    /// Accounts one poll that found the lock unavailable as `count`; returns
-    /// whether spinning may go on.
-    fn keep_spinning(&mut self, sem: &RawRwSem, count: usize) -> bool {
-        self.polls = self.polls.wrapping_add(1);
-        let check = clock_due(self.polls);
-        if count & WRITER_LOCKED != 0 {
-            let owner = sem.owner.load(Ordering::Relaxed);
-            match self.phase {
-                Phase::Writer { owner: seen, since } if seen == owner => {
-                    if check && since.exceeded(WRITER_SPIN_LIMIT) {
-                        return false;
-                    }
-                }
-                _ => {
-                    self.phase = Phase::Writer {
-                        owner,
-                        since: Stamp::now(),
-                    }
-                }
-            }
-        } else if count & READER_MASK != 0 {
-            match self.phase {
-                Phase::Readers { since, limit } => {
-                    if check && since.exceeded(limit) {
-                        sem.set_nonspinnable();
-                        return false;
-                    }
-                }
-                _ => {
-                    if sem.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
-                        return false;
-                    }
-                    self.phase = Phase::Readers {
-                        since: Stamp::now(),
-                        limit: reader_spin_limit(count),
-                    }
-                }
-            }
-        } else {
-            self.phase = Phase::Free;
-        }
-        !(check && self.start.exceeded(SPIN_LIMIT))
     }
 }
 
@@ -854,6 +714,8 @@ unsafe impl lock_api::RawRwLock for RawRwSem {
             if count & READ_FAILED_MASK != 0 {
                 return None;
             }
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
             match self.count.compare_exchange_weak(
                 count,
                 count + READER_BIAS,
@@ -912,6 +774,8 @@ unsafe impl lock_api::RawRwLock for RawRwSem {
 // then grants join a lock that readers own.
 unsafe impl lock_api::RawRwLockDowngrade for RawRwSem {
     unsafe fn downgrade(&self, _guard: GuardSend) -> GuardSend {
+        // Release: as in `up_read` (what we wrote as the writer is visible
+        // to the readers that join us).
         let old = self
             .count
             .fetch_add(READER_BIAS - WRITER_LOCKED, Ordering::Release);
@@ -971,6 +835,7 @@ impl RawRwSem {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::test_common::wait_until;
     use lock_api::{RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
     use std::sync::Arc;
 
@@ -979,11 +844,9 @@ mod tests {
     }
 
     fn wait_for(sem: &RawRwSem, bits: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while count(sem) & bits != bits {
-            assert!(Instant::now() < deadline, "never saw {bits:#x} in {sem:?}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(&format!("{bits:#x} in the count"), || {
+            count(sem) & bits == bits
+        });
     }
 
     #[test]

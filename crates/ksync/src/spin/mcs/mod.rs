@@ -167,6 +167,10 @@ impl Queue {
     unsafe fn acquire(&self, node: &McsNode) {
         node.next.store(ptr::null_mut(), Ordering::Relaxed);
         node.locked.store(false, Ordering::Relaxed);
+        // Release publishes our initialised node to the next arrival, whose
+        // own swap (acquire) returns it; acquire pairs with the previous
+        // holder's release compare-and-swap in `release` when the lock was
+        // free.
         let prev = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
         if prev.is_null() {
             return;
@@ -174,7 +178,10 @@ impl Queue {
         // SAFETY: `prev` was the tail, so its owner is queued or holding and
         // cannot finish `release` before it sees our link (`release` waits
         // for `next`); by the contract above its node is still valid.
+        // Pairs with the acquire loads of `next` in the predecessor's
+        // `release`: it sees our `locked = false` before it stores `true`.
         unsafe { (*prev).next.store(node.as_ptr(), Ordering::Release) };
+        // Pairs with the hand-over store at the end of `release`.
         while !node.locked.load(Ordering::Acquire) {
             cpu_relax();
         }
@@ -193,6 +200,8 @@ impl Queue {
         }
         node.next.store(ptr::null_mut(), Ordering::Relaxed);
         node.locked.store(false, Ordering::Relaxed);
+        // As the swap in `acquire`: release for the next arrival, acquire
+        // pairing with the release compare-and-swap in `release`.
         self.tail
             .compare_exchange(
                 ptr::null_mut(),
@@ -211,8 +220,12 @@ impl Queue {
     /// successful `try_acquire` with this node on this queue, not yet released).
     #[inline]
     unsafe fn release(&self, node: &McsNode) {
+        // The loads of `next` pair with the successor's release store of
+        // `prev.next` in `acquire`.
         let mut next = node.next.load(Ordering::Acquire);
         if next.is_null() {
+            // Release pairs with the acquire of the next arrival's swap (or
+            // `try_acquire`'s compare-and-swap) that finds the lock free.
             if self
                 .tail
                 .compare_exchange(
@@ -236,6 +249,7 @@ impl Queue {
         }
         // SAFETY: `next` is the successor's node; its owner spins until this
         // store and keeps the node valid until then (acquire's contract).
+        // Pairs with the successor's acquire spin on `locked` in `acquire`.
         unsafe { (*next).locked.store(true, Ordering::Release) };
     }
 }
@@ -447,344 +461,12 @@ impl Drop for Release<'_> {
 }
 
 #[cfg(any(feature = "std", loom))]
+mod pool;
+#[cfg(any(feature = "std", loom))]
+mod raw;
+
+#[cfg(any(feature = "std", loom))]
 pub use raw::*;
-
-#[cfg(any(feature = "std", loom))]
-mod raw {
-    use super::{pool, Queue};
-    use core::fmt;
-
-    /// An MCS queue lock as a [`lock_api::RawMutex`], with queue nodes from a
-    /// per-thread pool (needs `std`).
-    ///
-    /// ```
-    /// use ksync::spin::McsMutex;
-    ///
-    /// let log = McsMutex::new(Vec::new());
-    /// std::thread::scope(|s| {
-    ///     for t in 0..3 {
-    ///         let log = &log;
-    ///         s.spawn(move || log.lock().push(t));
-    ///     }
-    /// });
-    /// let mut log = log.into_inner();
-    /// log.sort();
-    /// assert_eq!(log, [0, 1, 2]);
-    /// ```
-    pub struct RawMcsLock {
-        queue: Queue,
-    }
-
-    /// A [`lock_api::Mutex`] guarded by a [`RawMcsLock`].
-    pub type McsMutex<T> = lock_api::Mutex<RawMcsLock, T>;
-    /// The guard of a [`McsMutex`]; not `Send`, since it carries the node of
-    /// the thread that locked.
-    pub type McsMutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMcsLock, T>;
-
-    /// The state a [`RawMcsLock`] guard carries: the queue node this thread
-    /// acquired with. Not `Send`: the node belongs to the locking thread's pool.
-    ///
-    /// ```
-    /// use ksync::spin::RawMcsLock;
-    /// use lock_api::RawMutex;
-    ///
-    /// let lock = RawMcsLock::new();
-    /// let node = lock.lock(); // a `McsGuardNode`
-    /// assert!(lock.is_locked());
-    /// // SAFETY: `node` came from `lock()` on this lock, on this thread.
-    /// unsafe { lock.unlock(node) };
-    /// assert!(!lock.is_locked());
-    /// ```
-    ///
-    /// ```compile_fail
-    /// // The guard stays on the thread whose node it carries.
-    /// let m = ksync::spin::McsMutex::new(0);
-    /// let guard = m.lock();
-    /// std::thread::scope(|s| {
-    ///     s.spawn(move || drop(guard));
-    /// });
-    /// ```
-    pub struct McsGuardNode {
-        pub(super) node: &'static super::McsNode,
-        _not_send: lock_api::GuardNoSend,
-    }
-
-    impl fmt::Debug for McsGuardNode {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("McsGuardNode")
-                .field("node", &(self.node as *const super::McsNode))
-                .finish()
-        }
-    }
-
-    impl RawMcsLock {
-        /// A new, unlocked lock.
-        #[cfg(not(loom))]
-        pub const fn new() -> Self {
-            RawMcsLock {
-                queue: Queue::new(),
-            }
-        }
-
-        /// A new, unlocked lock (loom's atomics have no `const` constructor).
-        #[cfg(loom)]
-        pub fn new() -> Self {
-            RawMcsLock {
-                queue: Queue::new(),
-            }
-        }
-    }
-
-    impl Default for RawMcsLock {
-        fn default() -> Self {
-            Self::new()
-        }
-    }
-
-    impl fmt::Debug for RawMcsLock {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("RawMcsLock")
-                .field("locked", &self.queue.is_locked())
-                .finish()
-        }
-    }
-
-    // SAFETY: the MCS queue admits one holder at a time (module
-    // documentation). Pool nodes are never freed and a node leaves the pool
-    // only while no queue references it, so `Queue`'s node contract holds
-    // even if a guard is forgotten or its thread exits.
-    unsafe impl lock_api::RawMutex for RawMcsLock {
-        #[allow(clippy::declare_interior_mutable_const)]
-        #[cfg(not(loom))]
-        const INIT: Self = Self::new();
-        #[cfg(loom)]
-        const INIT: Self = panic!("use RawMcsLock::new() under loom");
-
-        type Guard = McsGuardNode;
-
-        #[inline]
-        fn lock(&self) -> McsGuardNode {
-            let node = pool::take();
-            // SAFETY: a node from the pool is in no queue and is never freed.
-            unsafe { self.queue.acquire(node) };
-            McsGuardNode {
-                node,
-                _not_send: lock_api::GuardNoSend::new(),
-            }
-        }
-
-        #[inline]
-        fn try_lock(&self) -> Option<McsGuardNode> {
-            if self.queue.is_locked() {
-                return None;
-            }
-            let node = pool::take();
-            // SAFETY: as in `lock`.
-            if unsafe { self.queue.try_acquire(node) } {
-                Some(McsGuardNode {
-                    node,
-                    _not_send: lock_api::GuardNoSend::new(),
-                })
-            } else {
-                pool::give(node);
-                None
-            }
-        }
-
-        #[inline]
-        unsafe fn unlock(&self, guard: McsGuardNode) {
-            // SAFETY: the caller holds this lock with `guard`, whose node is
-            // the one that acquired it.
-            unsafe { self.queue.release(guard.node) };
-            // `release` returned: nothing references the node any more.
-            pool::give(guard.node);
-        }
-
-        #[inline]
-        fn is_locked(&self) -> bool {
-            self.queue.is_locked()
-        }
-    }
-
-    // SAFETY: `unlock` already hands the lock to the next queued thread.
-    unsafe impl lock_api::RawMutexFair for RawMcsLock {
-        #[inline]
-        unsafe fn unlock_fair(&self, guard: McsGuardNode) {
-            // SAFETY: forwarded caller contract: the lock is held with `guard`.
-            unsafe { lock_api::RawMutex::unlock(self, guard) }
-        }
-    }
-}
-
-/// Queue nodes for [`RawMcsLock`]: leaked once, reused forever.
-///
-/// * Each thread keeps a free list (a thread-local `Vec`); `take` pops from
-///   it, `give` pushes onto it, so locking after the first time does not
-///   allocate (the `Vec` grows only when a thread holds more locks at once
-///   than ever before).
-/// * A thread's free list moves to a global pool when the thread exits, and a
-///   thread with an empty free list takes from there before allocating, so a
-///   program that keeps creating threads reuses their nodes.
-/// * A node is never freed: one held by a forgotten guard may be written by
-///   later lockers of that lock forever.
-///
-/// Under loom the free list is a `loom::thread_local!` and there is no global
-/// pool (nodes are per model execution; leaking them is harmless).
-#[cfg(any(feature = "std", loom))]
-mod pool {
-    use super::McsNode;
-    use core::cell::RefCell;
-    use crossbeam_utils::CachePadded;
-
-    /// A thread's unused nodes.
-    struct FreeList(Vec<&'static McsNode>);
-
-    #[cfg(not(loom))]
-    impl Drop for FreeList {
-        fn drop(&mut self) {
-            global::give_all(&mut self.0);
-        }
-    }
-
-    #[cfg(not(loom))]
-    std::thread_local! {
-        static FREE: RefCell<FreeList> = const { RefCell::new(FreeList(Vec::new())) };
-    }
-
-    #[cfg(loom)]
-    loom::thread_local! {
-        static FREE: RefCell<FreeList> = RefCell::new(FreeList(Vec::new()));
-    }
-
-    /// A node in no queue, for this thread to lock with.
-    #[inline]
-    pub(super) fn take() -> &'static McsNode {
-        let local = FREE
-            .try_with(|free| free.try_borrow_mut().ok()?.0.pop())
-            .ok()
-            .flatten();
-        match local {
-            Some(node) => node,
-            None => take_slow(),
-        }
-    }
-
-    #[cold]
-    fn take_slow() -> &'static McsNode {
-        global::take().unwrap_or_else(|| {
-            // Padded so that no two threads' nodes share a cache line.
-            let node: &'static CachePadded<McsNode> =
-                Box::leak(Box::new(CachePadded::new(McsNode::new())));
-            node
-        })
-    }
-
-    /// Returns a node that is in no queue (its `release` has returned).
-    #[inline]
-    pub(super) fn give(node: &'static McsNode) {
-        let kept = FREE
-            .try_with(|free| match free.try_borrow_mut() {
-                Ok(mut free) => {
-                    free.0.push(node);
-                    true
-                }
-                Err(_) => false,
-            })
-            .unwrap_or(false);
-        if !kept {
-            // This thread's free list is gone (thread-local destructors are
-            // running) or busy (re-entered): keep the node elsewhere.
-            global::give(node);
-        }
-    }
-
-    #[cfg(not(loom))]
-    mod global {
-        use super::McsNode;
-        use std::sync::{Mutex, PoisonError};
-
-        static POOL: Mutex<Vec<&'static McsNode>> = Mutex::new(Vec::new());
-
-        fn pool() -> std::sync::MutexGuard<'static, Vec<&'static McsNode>> {
-            // The pool is a plain list; a panic elsewhere cannot break it.
-            POOL.lock().unwrap_or_else(PoisonError::into_inner)
-        }
-
-        pub(super) fn take() -> Option<&'static McsNode> {
-            pool().pop()
-        }
-
-        pub(super) fn give(node: &'static McsNode) {
-            pool().push(node);
-        }
-
-        pub(super) fn give_all(nodes: &mut Vec<&'static McsNode>) {
-            if !nodes.is_empty() {
-                pool().append(nodes);
-            }
-        }
-    }
-
-    #[cfg(loom)]
-    mod global {
-        use super::McsNode;
-
-        pub(super) fn take() -> Option<&'static McsNode> {
-            None
-        }
-
-        pub(super) fn give(_node: &'static McsNode) {}
-    }
-
-    /// Serialises the tests that watch the global pool (every test thread
-    /// that locks takes its first node from there).
-    #[cfg(all(test, not(loom)))]
-    pub(super) static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    #[cfg(all(test, not(loom)))]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn a_thread_reuses_its_nodes() {
-            let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-            let first = take();
-            give(first);
-            let again = take();
-            assert!(core::ptr::eq(first, again), "pooled node not reused");
-            let second = take();
-            assert!(!core::ptr::eq(again, second));
-            give(second);
-            give(again);
-        }
-
-        #[test]
-        fn an_exited_threads_nodes_go_to_the_global_pool() {
-            let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-            let (a, b) = std::thread::spawn(|| {
-                let (a, b) = (take(), take());
-                give(a);
-                give(b);
-                (a as *const McsNode as usize, b as *const McsNode as usize)
-            })
-            .join()
-            .unwrap();
-            // The next thread without a free list of its own gets them back.
-            let reused = std::thread::spawn(|| {
-                let (x, y) = (take(), take());
-                give(x);
-                give(y);
-                [x as *const McsNode as usize, y as *const McsNode as usize]
-            })
-            .join()
-            .unwrap();
-            assert!(
-                reused.contains(&a) && reused.contains(&b),
-                "exited thread's nodes not reused"
-            );
-        }
-    }
-}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -2,7 +2,8 @@
 //! `kernel/locking/qspinlock_paravirt.h` (`pv_wait_node()`, `pv_kick_node()`,
 //! `pv_wait_head_or_lock()`, `__pv_queued_spin_unlock_slowpath()`,
 //! `pv_hybrid_queued_unfair_trylock()`) on top of the native slow path's
-//! queue (`qspin.rs`).
+//! queue: the word and queue-node contract of `queued.rs`, which the native
+//! lock (`qspin.rs`) uses too.
 //!
 //! Needs `std` (per-thread queue nodes, futex sleeping), so it is not built
 //! with `--no-default-features`.
@@ -11,9 +12,11 @@
 //!
 //! A fair queue spinlock hands the lock to a particular thread. When that
 //! thread is preempted everyone behind it spins until the scheduler runs it
-//! again (seed 001). The paravirt lock fixes both halves: waiters stop
-//! spinning after a while and sleep, and while the queue head sleeps newly
-//! arriving threads may take the lock from under it.
+//! again (Waiman Long, "[PATCH v10 13/19] unfair qspinlock: Enable lock
+//! stealing in lock waiters", LKML and xen-devel, May 2014). The paravirt
+//! lock fixes both halves: waiters stop spinning after a while and sleep, and
+//! while the queue head sleeps newly arriving threads may take the lock from
+//! under it.
 //!
 //! # State
 //!
@@ -101,13 +104,9 @@
 //!
 //! # The hash table
 //!
-//! Entries are (lock address, node). Only a queue head (or the owner, on its
-//! behalf) inserts, and only the unlocker (or the head itself, when its
-//! `SLOW_VAL` swap found the lock free) removes, so a lock has at most one
-//! entry; a node is in at most one entry, so the table, with more entries
-//! than nodes can exist (`4 * MAX_SLOTS`), never fills. The address is only a
-//! key, never dereferenced. Insertion probes linearly from a bucket derived
-//! from the address, aligned to a cache line of entries, as the kernel's.
+//! A sleeping queue head is found by its lock's address in a global table
+//! (`hash.rs`); the unlocker of a `SLOW_VAL` lock removes the entry and
+//! kicks the node it names.
 //!
 //! # Memory ordering
 //!
@@ -126,15 +125,22 @@
 //!   entry is reused.
 //! * Counters and the spin threshold are relaxed and order nothing.
 
-use core::ptr::{self, NonNull};
+mod hash;
+mod stats;
 
-use super::qspin::{
-    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, EventCounter, NodeLease,
-    LOCKED_MASK, LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
+use core::ptr;
+
+use self::hash::{hash, unhash};
+use self::stats::events;
+pub use self::stats::{pv_stats, reset_pv_stats, PvStats};
+
+use super::queued::{
+    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, NodeLease, LOCKED_MASK,
+    LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
 };
 use crate::futex;
 use crate::relax::cpu_relax;
-use crate::sync::{self, fence, unmodelled, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{self, fence, unmodelled, AtomicU32, Ordering};
 use crate::thread_slot::{QNode, NODES_PER_SLOT};
 
 /// `locked` byte value of a held lock whose unlock must wake a hashed queue
@@ -193,281 +199,6 @@ fn spin_threshold() -> u32 {
     return LOOM_SPIN_THRESHOLD;
     #[cfg(not(loom))]
     pv_spin_threshold()
-}
-
-// ---------------------------------------------------------------------------
-// Event counters.
-
-#[repr(align(128))]
-struct Events {
-    slowpath: EventCounter,
-    no_node: EventCounter,
-    lock_stealing: EventCounter,
-    wait_node: EventCounter,
-    wait_early: EventCounter,
-    wait_head: EventCounter,
-    wait_again: EventCounter,
-    hash_next: EventCounter,
-    kick_unlock: EventCounter,
-    spurious_wakeup: EventCounter,
-    hash_hops: EventCounter,
-}
-
-impl Events {
-    const fn new() -> Self {
-        Events {
-            slowpath: EventCounter::new(),
-            no_node: EventCounter::new(),
-            lock_stealing: EventCounter::new(),
-            wait_node: EventCounter::new(),
-            wait_early: EventCounter::new(),
-            wait_head: EventCounter::new(),
-            wait_again: EventCounter::new(),
-            hash_next: EventCounter::new(),
-            kick_unlock: EventCounter::new(),
-            spurious_wakeup: EventCounter::new(),
-            hash_hops: EventCounter::new(),
-        }
-    }
-
-    fn all(&self) -> [&EventCounter; 11] {
-        [
-            &self.slowpath,
-            &self.no_node,
-            &self.lock_stealing,
-            &self.wait_node,
-            &self.wait_early,
-            &self.wait_head,
-            &self.wait_again,
-            &self.hash_next,
-            &self.kick_unlock,
-            &self.spurious_wakeup,
-            &self.hash_hops,
-        ]
-    }
-}
-
-super::qspin::event_set!(Events);
-
-/// A snapshot of [`RawPvQSpinLock`]'s slow-path events, summed over every
-/// lock and thread since start (or [`reset_pv_stats`]). The field names are
-/// the kernel's `pv_*` / `lock_*` lock events without the prefix.
-///
-/// The fast paths never touch them. Under loom each test thread has its own.
-///
-/// ```
-/// use ksync::spin::{pv_stats, PvQSpinMutex};
-///
-/// let lock = PvQSpinMutex::new(0);
-/// *lock.lock() += 1; // uncontended: counts nothing
-/// let s = pv_stats();
-/// println!("{} steals, {} halts, {} wakes", s.steals(), s.halts(), s.wakes());
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PvStats {
-    /// Acquisitions that went past the fast path (`lock_slowpath`).
-    pub slowpath: u64,
-    /// Acquisitions without a queue node: no thread slot, or nested deeper
-    /// than four (`lock_no_node`).
-    pub no_node: u64,
-    /// Locks taken by an arriving thread while a queue existed
-    /// (`pv_lock_stealing`).
-    pub lock_stealing: u64,
-    /// Sleeps of queued non-head waiters (`pv_wait_node`).
-    pub wait_node: u64,
-    /// Of those, sleeps cut short because the predecessor was not running
-    /// (`pv_wait_early`).
-    pub wait_early: u64,
-    /// Sleeps of queue heads that hashed themselves (`pv_wait_head`).
-    pub wait_head: u64,
-    /// Of those, sleeps after the head had already been woken once: the lock
-    /// was stolen from it (`pv_wait_again`).
-    pub wait_again: u64,
-    /// Halted successors the new owner hashed instead of waking
-    /// (`pv_kick_node`'s hashing path).
-    pub hash_next: u64,
-    /// Wake-ups issued by unlock (`pv_kick_unlock`).
-    pub kick_unlock: u64,
-    /// Wake-ups that found nothing to do (`pv_spurious_wakeup`).
-    pub spurious_wakeup: u64,
-    /// Hash-table probes past the first bucket, over all insertions
-    /// (`pv_hash_hops`).
-    pub hash_hops: u64,
-}
-
-impl PvStats {
-    /// Locks stolen from a queue.
-    pub fn steals(&self) -> u64 {
-        self.lock_stealing
-    }
-
-    /// Times a waiter went to sleep (queued waiters and queue heads).
-    pub fn halts(&self) -> u64 {
-        self.wait_node + self.wait_head
-    }
-
-    /// Wake-ups issued (kicks).
-    pub fn wakes(&self) -> u64 {
-        self.kick_unlock
-    }
-
-    /// Wake-ups after which the waiter went back to waiting.
-    pub fn spurious_wakeups(&self) -> u64 {
-        self.spurious_wakeup
-    }
-}
-
-/// Reads [`RawPvQSpinLock`]'s event counters.
-pub fn pv_stats() -> PvStats {
-    let e = events();
-    PvStats {
-        slowpath: e.slowpath.get(),
-        no_node: e.no_node.get(),
-        lock_stealing: e.lock_stealing.get(),
-        wait_node: e.wait_node.get(),
-        wait_early: e.wait_early.get(),
-        wait_head: e.wait_head.get(),
-        wait_again: e.wait_again.get(),
-        hash_next: e.hash_next.get(),
-        kick_unlock: e.kick_unlock.get(),
-        spurious_wakeup: e.spurious_wakeup.get(),
-        hash_hops: e.hash_hops.get(),
-    }
-}
-
-/// Sets [`RawPvQSpinLock`]'s event counters back to zero.
-pub fn reset_pv_stats() {
-    events().all().into_iter().for_each(EventCounter::reset);
-}
-
-// ---------------------------------------------------------------------------
-// The lock-to-head hash table.
-
-/// One entry: a lock's address (0 = free) and its hashed queue head.
-struct HashEntry {
-    lock: AtomicUsize,
-    node: AtomicPtr<QNode>,
-}
-
-impl HashEntry {
-    #[cfg(not(loom))]
-    const fn new() -> Self {
-        HashEntry {
-            lock: AtomicUsize::new(0),
-            node: AtomicPtr::new(ptr::null_mut()),
-        }
-    }
-
-    #[cfg(loom)]
-    fn new() -> Self {
-        HashEntry {
-            lock: AtomicUsize::new(0),
-            node: AtomicPtr::new(ptr::null_mut()),
-        }
-    }
-
-    /// Frees the entry after its node has been read (or was never needed).
-    #[inline]
-    fn clear(&self) {
-        self.lock.store(0, Ordering::Release);
-    }
-}
-
-/// Entries per 64-byte line; probing starts at a line boundary.
-const ENTRIES_PER_LINE: usize = 64 / core::mem::size_of::<HashEntry>();
-
-/// 2^16 entries of 16 bytes: more than the 4 * 16383 nodes that can exist,
-/// so the table never fills; zero-initialised, so it costs address space
-/// until first touched.
-#[cfg(not(loom))]
-const HASH_BITS: u32 = 16;
-#[cfg(not(loom))]
-const HASH_LEN: usize = 1 << HASH_BITS;
-#[cfg(not(loom))]
-const _: () = assert!(HASH_LEN > NODES_PER_SLOT * crate::thread_slot::MAX_SLOTS as usize);
-
-#[cfg(not(loom))]
-#[repr(align(64))]
-struct HashTable([HashEntry; HASH_LEN]);
-
-#[cfg(not(loom))]
-#[inline]
-fn table() -> &'static [HashEntry] {
-    static TABLE: HashTable = HashTable([const { HashEntry::new() }; HASH_LEN]);
-    &TABLE.0
-}
-
-/// The first bucket to probe for `lock`: a Fibonacci hash of its address,
-/// rounded down to a cache line of entries.
-#[cfg(not(loom))]
-#[inline]
-fn bucket(lock: usize) -> usize {
-    let hash = (lock as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - HASH_BITS);
-    hash as usize & !(ENTRIES_PER_LINE - 1)
-}
-
-/// Under loom: a small table per execution (models have a few locks), and
-/// every probe starts at 0, because loom replays each execution and an
-/// address-derived bucket would differ between runs.
-#[cfg(loom)]
-fn table() -> &'static [HashEntry] {
-    loom::lazy_static! {
-        static ref TABLE: Vec<HashEntry> = (0..ENTRIES_PER_LINE * 2).map(|_| HashEntry::new()).collect();
-    }
-    let table: &'static Vec<HashEntry> = &TABLE;
-    table
-}
-
-#[cfg(loom)]
-fn bucket(_lock: usize) -> usize {
-    0
-}
-
-/// Enters `node` as `lock`'s hashed head (`pv_hash`). The caller makes sure
-/// the lock has no entry yet; the table always has a free one.
-fn hash(lock: usize, node: &'static QNode) -> &'static HashEntry {
-    let table = table();
-    let mask = table.len() - 1;
-    let start = bucket(lock);
-    let mut hops = 0;
-    loop {
-        let entry = &table[(start + hops) & mask];
-        if entry.lock.load(Ordering::Relaxed) == 0
-            && entry
-                .lock
-                .compare_exchange(0, lock, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            // Published by the caller's following release (the `SLOW_VAL`
-            // swap), or read by this same owner's unlock.
-            entry.node.store(node_ptr(node), Ordering::Relaxed);
-            if hops > 0 {
-                events().hash_hops.add(hops as u64);
-            }
-            return entry;
-        }
-        hops += 1;
-    }
-}
-
-/// Removes `lock`'s entry and returns its node (`pv_unhash`). Called by the
-/// unlocker after it read `SLOW_VAL` with acquire, so the entry is visible.
-fn unhash(lock: usize) -> Option<&'static QNode> {
-    let table = table();
-    let mask = table.len() - 1;
-    let start = bucket(lock);
-    for hop in 0..table.len() {
-        let entry = &table[(start + hop) & mask];
-        if entry.lock.load(Ordering::Relaxed) == lock {
-            let node = NonNull::new(entry.node.load(Ordering::Relaxed));
-            entry.clear();
-            // SAFETY: the pointer was stored from a `&'static QNode` (see
-            // `node_ptr`); slot blocks are never freed.
-            return node.map(|node| unsafe { &*node.as_ptr() });
-        }
-    }
-    None
 }
 
 // ---------------------------------------------------------------------------
@@ -621,8 +352,11 @@ impl RawPvQSpinLock {
         let mut next = ptr::null_mut();
         if old & TAIL_MASK != 0 {
             let prev = decode_tail(old);
+            // Pairs with the predecessor's acquire loads of `next` (below and
+            // in `wait_for_next`): it sees our initialised node.
             prev.next.store(node_ptr(node), Ordering::Release);
             self.wait_node(node, prev, lease.depth());
+            // Pairs with the successor's release store of `prev.next` above.
             next = node.next.load(Ordering::Acquire);
         }
 
@@ -639,6 +373,8 @@ impl RawPvQSpinLock {
             return;
         }
         let next = wait_for_next(node, next);
+        // Pairs with the successor's acquire loads of `node.locked` in
+        // `wait_node`.
         next.locked.store(1, Ordering::Release);
         self.kick_node(next);
     }
@@ -654,7 +390,8 @@ impl RawPvQSpinLock {
     }
 
     /// `pv_wait_node()`: spin, then sleep, until the predecessor makes us the
-    /// queue head (`node.locked != 0`, read with acquire).
+    /// queue head (`node.locked != 0`, read with acquire loads that pair with
+    /// its release hand-over in `lock_slow`).
     fn wait_node(&self, node: &'static QNode, prev: &'static QNode, depth: u32) {
         let events = events();
         loop {
@@ -696,6 +433,8 @@ impl RawPvQSpinLock {
     /// `pv_kick_node()`: we own the lock and just made `next` the queue head.
     /// If it sleeps, leave it asleep, hashed, and make our unlock wake it.
     fn kick_node(&self, next: &'static QNode) {
+        // Store-buffering pair with `wait_node`: our `next.locked = 1`, this
+        // fence, then `state`, against its `state = HALTED`, fence, `locked`.
         fence(Ordering::SeqCst);
         if next
             .state
@@ -715,6 +454,7 @@ impl RawPvQSpinLock {
     fn sleep_hashed(&self, node: &'static QNode) {
         loop {
             futex::wait(&node.state, HASHED, None);
+            // Pairs with the release store of `RUNNING` in `unlock_slow`.
             if node.state.load(Ordering::Acquire) != HASHED {
                 return;
             }
@@ -731,7 +471,8 @@ impl RawPvQSpinLock {
         loop {
             // Hashed, by the previous owner or by us below: the lock is held
             // with `SLOW_VAL`, and its unlock will kick us. Until then we must
-            // not touch the lock (see the module comment).
+            // not touch the lock (see the module comment). The acquire pairs
+            // with the release store of `RUNNING` in `unlock_slow`.
             if node.state.load(Ordering::Acquire) == HASHED {
                 self.sleep_hashed(node);
                 kicked = true;
@@ -749,6 +490,9 @@ impl RawPvQSpinLock {
 
             node.state.store(HASHED, Ordering::Relaxed);
             let entry = hash(self.key(), node);
+            // Release pairs with the acquire fence in `unlock_slow` (our hash
+            // entry and state are visible to the unlocker); acquire pairs
+            // with the release in `unlock` when the lock turns out free.
             if sync::swap_low_u8(&self.val, SLOW_VAL, Ordering::AcqRel) == 0 {
                 // The lock was free, so it is ours and nobody will kick us.
                 sync::store_low_u8(&self.val, LOCKED_VAL as u8, Ordering::Relaxed);
@@ -775,9 +519,14 @@ impl RawPvQSpinLock {
         // and state are visible.
         fence(Ordering::Acquire);
         let node = unhash(self.key());
+        // Pairs with the acquire of whoever takes the lock next (see
+        // `unlock`).
         sync::store_low_u8(&self.val, 0, Ordering::Release);
         // `self` may be freed from here on; only the node is touched.
         if let Some(node) = node {
+            // Pairs with the head's acquire loads of `state` in
+            // `sleep_hashed` and `wait_head_or_lock`: a kicked head sees the
+            // word at least as new as the release above.
             node.state.store(RUNNING, Ordering::Release);
             futex::wake(&node.state, 1);
             events().kick_unlock.bump();
@@ -828,6 +577,9 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // The release pairs with the acquire of whoever takes the lock next:
+        // the fast path's or a steal's compare-and-swap, the head's
+        // `trylock_clear_pending` or its `SLOW_VAL` swap.
         if let Err(locked) = sync::compare_exchange_low_u8(
             &self.val,
             LOCKED_VAL as u8,
@@ -850,8 +602,11 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::qspin::{hook, tests::wait_until};
+    use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
+    use super::super::queued::tail_fields;
+    use super::hash::table;
     use super::*;
+    use crate::test_common::wait_until;
     use crate::thread_slot;
     use lock_api::RawMutex;
     use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
@@ -880,14 +635,10 @@ mod tests {
     }
 
     #[test]
-    fn lock_word_and_table() {
+    fn lock_word() {
         assert_eq!(core::mem::size_of::<RawPvQSpinLock>(), 4);
         assert_eq!(u32::from(SLOW_VAL) & !LOCKED_MASK, 0);
         assert_ne!(u32::from(SLOW_VAL), LOCKED_VAL);
-        assert_eq!(ENTRIES_PER_LINE, 4);
-        assert!(table().len().is_power_of_two());
-        assert_eq!(bucket(0x1234_5678) % ENTRIES_PER_LINE, 0);
-        assert!(bucket(usize::MAX) < table().len());
     }
 
     #[test]
@@ -902,25 +653,6 @@ mod tests {
         let g = lock.try_lock().unwrap();
         // SAFETY: `g` came from `lock.try_lock()`.
         unsafe { lock.unlock(g) };
-    }
-
-    #[test]
-    fn hash_insert_probe_and_remove() {
-        // This thread's own nodes, idle while it runs this test.
-        let nodes = &thread_slot::current().unwrap().block.nodes[..3];
-        // Three keys that land in the same bucket line.
-        let base = 0x7000_0000_usize;
-        let keys: Vec<usize> = (1..)
-            .map(|i| base + i * 4)
-            .filter(|&k| bucket(k) == bucket(base))
-            .take(3)
-            .collect();
-        let entries: Vec<_> = keys.iter().zip(nodes).map(|(&k, n)| hash(k, n)).collect();
-        assert!(!ptr::eq(entries[0], entries[1]) && !ptr::eq(entries[1], entries[2]));
-        for (k, n) in keys.iter().zip(nodes).rev() {
-            assert!(ptr::eq(unhash(*k).unwrap(), n));
-            assert!(unhash(*k).is_none());
-        }
     }
 
     /// The head spins, hashes itself, marks the lock slow and sleeps; unlock
@@ -999,28 +731,19 @@ mod tests {
         assert!(after.kick_unlock >= before.kick_unlock + 2);
     }
 
-    // Nested queueing, as in `qspin.rs`: while this thread is the spinning
-    // head of one lock, the hook locks the next one, which is held too.
-    const LEVELS: usize = NODES_PER_SLOT + 1;
+    // Nested queueing (see `hook::Nested`): while this thread is the
+    // spinning head of one lock, the hook locks the next one, which is held
+    // too.
     static NESTED: [RawPvQSpinLock; LEVELS] = [const { RawPvQSpinLock::new() }; LEVELS];
     static DEEPEST: AtomicBool = AtomicBool::new(false);
-    std::thread_local! {
-        static SEEN: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-    }
 
-    fn nest(depth: u32) {
-        let bit = 1 << depth;
-        if SEEN.with(|s| s.get()) & bit != 0 {
-            return;
+    impl Nested for RawPvQSpinLock {
+        fn nested() -> &'static [Self; LEVELS] {
+            &NESTED
         }
-        SEEN.with(|s| s.set(s.get() | bit));
-        if (depth as usize) + 1 < LEVELS {
-            let lock = &NESTED[depth as usize + 1];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-        } else {
-            DEEPEST.store(true, O::Release);
+
+        fn deepest() -> &'static AtomicBool {
+            &DEEPEST
         }
     }
 
@@ -1028,19 +751,10 @@ mod tests {
     fn nested_queueing_uses_four_nodes_then_goes_without() {
         let before = pv_stats();
         let guards: Vec<_> = NESTED.iter().map(|l| l.lock()).collect();
-        let nester = std::thread::spawn(|| {
-            hook::set(Some(nest));
-            let lock = &NESTED[0];
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-            hook::set(None);
-            SEEN.with(|s| s.get())
-        });
-        wait_until("the fifth nesting level", || DEEPEST.load(O::Acquire));
+        let nester = spawn_nester::<RawPvQSpinLock>();
         // Queued with nodes 0..3 (one tail per lock, index = depth).
         for (depth, lock) in NESTED.iter().take(NODES_PER_SLOT).enumerate() {
-            let (_, idx) = super::super::qspin::tail_fields(lock.word() & TAIL_MASK);
+            let (_, idx) = tail_fields(lock.word() & TAIL_MASK);
             assert_eq!(idx as usize, depth);
         }
         assert_eq!(NESTED[NODES_PER_SLOT].word() & TAIL_MASK, 0, "no node left");

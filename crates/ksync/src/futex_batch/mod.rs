@@ -1,0 +1,197 @@
+//! Waking many futex words with one system call.
+//!
+//! A poster that completes many parked sleepers at once (a System V `semop`
+//! that satisfies 64 waiters, a `SETALL`) owes each of them a futex wake. One
+//! `FUTEX_WAKE` system call per sleeper costs the poster a kernel entry each,
+//! and the remote wake-ups trickle out one system call apart. The kernel's own
+//! `semtimedop` collects its sleepers and wakes them all inside one call.
+//!
+//! [`wake_all`] does the same from user space with io_uring's
+//! `IORING_OP_FUTEX_WAKE` (Linux 6.7): one submission queue entry per word,
+//! all submitted with a single `io_uring_enter` that also waits for every
+//! completion, so nothing is left in flight when it returns. A futex wake reads
+//! no user memory (the address is only a key: see [`wake_ptr`]), so the words
+//! may belong to frames that are already gone.
+//!
+//! Each thread has its own small ring, created on its first batch. Where
+//! io_uring or the opcode is missing (old kernel, `io_uring_disabled`, a
+//! seccomp filter, a kernel without `CONFIG_FUTEX` in io_uring) the first
+//! attempt finds out and the whole process falls back to one `FUTEX_WAKE` per
+//! word, as does a thread whose ring broke. `KSYNC_NO_IO_URING=1` in the
+//! environment (read once, at the first batch) forces the fallback, so both
+//! paths can be compared.
+//!
+//! Under `--cfg loom`, and where there is no io_uring, it is the plain loop.
+//!
+//! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:
+//! four structures and a dozen constants of `include/uapi/linux/io_uring.h`,
+//! their layouts checked at compile time) rather than taken from the
+//! `io-uring` crate, although that crate has `IORING_OP_FUTEX_WAKE`
+//! (`opcode::FutexWake`): its prebuilt bindings refuse to compile for Linux
+//! targets other than x86-64, AArch64, RISC-V 64, LoongArch 64 and POWER 64
+//! (i686, ARMv7 and s390x would need its `bindgen` feature and libclang),
+//! where this module works today; its ring unmaps and closes itself on drop,
+//! which a fork child holding the parent's ring must not do; and the rest of
+//! `uring/` (the per-thread ring, the process-wide fallback, the chunking)
+//! would stay as it is.
+//!
+//! [`wake_ptr`]: crate::futex::wake_ptr
+
+use crate::sync::AtomicU32;
+
+/// Wakes one sleeper on each of `words`, with as few system calls as the
+/// kernel allows.
+///
+/// # Safety
+///
+/// As for [`crate::futex::wake_ptr`]: each word must have been the address of
+/// an `AtomicU32` that sleepers wait on; it need not be live any more.
+pub(crate) unsafe fn wake_all(words: &[*const AtomicU32]) {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    if words.len() >= 2 {
+        // SAFETY: passed on from our caller.
+        unsafe { uring::wake(words) };
+        return;
+    }
+    // SAFETY: passed on from our caller.
+    unsafe { wake_loop(words) }
+}
+
+/// One `FUTEX_WAKE` (count 1) per word: the fallback.
+///
+/// # Safety
+///
+/// As for [`wake_all`].
+unsafe fn wake_loop(words: &[*const AtomicU32]) {
+    for &word in words {
+        // SAFETY: per our caller's contract `word` is a futex word's address,
+        // which `wake_ptr` only uses as a key.
+        unsafe { crate::futex::wake_ptr(word, 1) };
+    }
+}
+
+#[cfg(all(not(loom), target_os = "linux"))]
+mod uring;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::futex::{self, Wake};
+    use crate::sync::Ordering;
+    use crate::test_common::{wait_until, PATIENCE};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// `n` threads, each parked on its own word. `wake` gets the words after
+    /// they all went to sleep (and after their values changed); the test
+    /// fails if any sleeper is still asleep at its deadline.
+    fn park_and_wake(n: usize, wake: impl FnOnce(&[*const AtomicU32])) {
+        let words: Arc<Vec<AtomicU32>> = Arc::new((0..n).map(|_| AtomicU32::new(0)).collect());
+        let ready = Arc::new(AtomicUsize::new(0));
+        let sleepers: Vec<_> = (0..n)
+            .map(|i| {
+                let words = Arc::clone(&words);
+                let ready = Arc::clone(&ready);
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let word = &words[i];
+                        let deadline = Instant::now() + PATIENCE;
+                        ready.fetch_add(1, Ordering::Release);
+                        // Only a wake-up ends the wait in time: a sleeper
+                        // still asleep at its deadline was lost.
+                        while word.load(Ordering::Acquire) == 0 {
+                            if futex::wait(word, 0, Some(deadline)) == Wake::TimedOut {
+                                return false;
+                            }
+                        }
+                        true
+                    })
+                    .unwrap()
+            })
+            .collect();
+        wait_until("every sleeper ready", || ready.load(Ordering::Acquire) >= n);
+        // Let the last ones get from `ready` into FUTEX_WAIT.
+        std::thread::sleep(Duration::from_millis(100));
+        for word in words.iter() {
+            word.store(1, Ordering::Release);
+        }
+        let ptrs: Vec<*const AtomicU32> = words.iter().map(|w| w as *const AtomicU32).collect();
+        wake(&ptrs);
+        let woken = sleepers
+            .into_iter()
+            .map(|s| s.join().unwrap())
+            .filter(|&woken| woken)
+            .count();
+        assert_eq!(woken, n, "sleepers never woken");
+    }
+
+    #[test]
+    fn wake_all_wakes_every_sleeper() {
+        // SAFETY: the words are live futex words.
+        park_and_wake(40, |words| unsafe { wake_all(words) });
+    }
+
+    #[test]
+    fn the_ring_does_the_waking_where_supported() {
+        if !uring::supported() {
+            eprintln!("io_uring futex wakes unavailable here: only the fallback was tested");
+            return;
+        }
+        park_and_wake(40, |words| {
+            // SAFETY: the words are live futex words.
+            let by_ring = unsafe { uring::wake(words) };
+            assert_eq!(by_ring, words.len());
+        });
+    }
+
+    #[test]
+    fn the_fallback_wakes_every_sleeper() {
+        // What wake_all does under KSYNC_NO_IO_URING=1 or without io_uring.
+        // SAFETY: the words are live futex words.
+        park_and_wake(40, |words| unsafe { wake_loop(words) });
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_ring_is_woken_in_chunks() {
+        let n = 2 * uring::RING_ENTRIES as usize + 3;
+        park_and_wake(n, |words| {
+            // SAFETY: the words are live futex words.
+            let by_ring = unsafe { uring::wake(words) };
+            assert!(by_ring == words.len() || !uring::supported());
+        });
+    }
+
+    #[test]
+    fn a_small_ring_takes_many_submissions() {
+        park_and_wake(13, |words| {
+            // SAFETY: the words are live futex words.
+            match unsafe { uring::wake_with_ring(4, words) } {
+                Some(by_ring) => assert_eq!(by_ring, words.len()),
+                // SAFETY: as above.
+                None => unsafe { wake_loop(words) },
+            }
+        });
+    }
+
+    #[test]
+    fn waking_words_nobody_waits_on_is_no_error() {
+        let words: Vec<AtomicU32> = (0..70).map(|_| AtomicU32::new(0)).collect();
+        let ptrs: Vec<*const AtomicU32> = words.iter().map(|w| w as *const AtomicU32).collect();
+        // SAFETY: live words (nobody sleeps on them).
+        let by_ring = unsafe { uring::wake(&ptrs) };
+        if uring::supported() {
+            assert_eq!(by_ring, ptrs.len());
+        }
+        // Also through a ring of our own, which reports every completion.
+        // SAFETY: as above.
+        if let Some(by_ring) = unsafe { uring::wake_with_ring(8, &ptrs) } {
+            assert_eq!(by_ring, ptrs.len());
+        }
+        // And the words that are gone by now: the address is only a key.
+        drop(words);
+        // SAFETY: the addresses were futex words; a wake never reads them.
+        unsafe { wake_all(&ptrs) };
+    }
+}

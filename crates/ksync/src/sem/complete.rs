@@ -1,0 +1,545 @@
+//! Sleepers on the set's wait lists: where a blocked call queues, how a
+//! waker completes it, and how a timed-out one leaves (the kernel's
+//! `update_queue`, `wake_const_ops`, `do_smart_update`).
+//!
+//! The waker completes the sleeper (Kenneth W. Chen, "ipc semaphore
+//! optimization", LKML, June 2003): it performs the sleeper's operation for
+//! it, under the lock, and [`deliver`](SetShared::deliver)s the result into
+//! the sleeper's status word (`queue.rs`); the sleeper returns it without
+//! taking a lock, and nobody evaluates an operation twice. Per-semaphore wait
+//! lists and a rescan rule keep bulk wake-ups O(N) (Manfred Spraul,
+//! "ipc/sem.c: Optimization for reducing spinlock contention", LKML, April
+//! 2010).
+//!
+//! A blocked single operation waits on its semaphore's `alter` list (a
+//! decrement) or `zero` list (wait-for-zero); a blocked complex operation on
+//! the global lists. When the first complex operation goes to sleep the
+//! per-semaphore alter lists are spliced into the global one, so alter
+//! operations keep FIFO order relative to it; when the last complex sleeper
+//! is gone they move back. A successful change re-evaluates the sleepers it
+//! may have enabled ([`SetShared::smart_update`]): wait-for-zero sleepers of
+//! the semaphores it brought to zero, then the alter sleepers of the
+//! semaphores it incremented.
+//!
+//! Scans are FIFO, and a blocked sleeper is skipped, not a barrier (a later
+//! `-1` may bypass an earlier `-2`), exactly as the kernel does. After a
+//! completion the kernel restarts a global-list scan from the head; we
+//! restart only when an entry already skipped could have become runnable
+//! (the completed operation incremented something; or it decremented
+//! something and a skipped entry waits for a value to reach zero; or it
+//! changed an undo adjustment and a skipped entry has one). Without
+//! that, waking N complex sleepers in reverse order of arrival costs N²
+//! evaluations (the first patch of Spraul's 2010 series); with it, a bulk
+//! wake is O(N).
+
+use super::counters::Counters;
+use super::mode::Held;
+use super::perform::{Attempt, Op};
+use super::queue::{NodeRef, WaitList, Wakeups, DONE};
+use super::state::SetShared;
+use super::{SemBuf, SEM_UNDO};
+use crate::sync::Ordering;
+
+/// What the entries an `update_queue` scan skipped since its last restart
+/// are blocked on: the input of the rescan rule.
+#[derive(Clone, Copy, Debug, Default)]
+struct Skipped {
+    /// Some skipped entry is blocked on a wait-for-zero operation, which a
+    /// decrement elsewhere in an array can enable.
+    waits_for_zero: bool,
+    /// Some skipped entry has undo adjustments, whose range a completed
+    /// operation's `SEM_UNDO` change can move.
+    uses_undo: bool,
+}
+
+impl Skipped {
+    /// The rescan rule: whether completing `done` can have made one of the
+    /// skipped entries runnable (or failing). Only if it raised a value, or
+    /// lowered one while a skipped entry waits for zero, or changed an undo
+    /// adjustment while a skipped entry has some (a block can turn into an
+    /// `ERANGE` of an earlier operation). A completion that did none of these
+    /// leaves every skipped entry as it was, so the scan goes on where it is.
+    fn may_run_after(self, done: &[SemBuf]) -> bool {
+        let raised = done.iter().any(|s| s.op > 0);
+        let lowered = done.iter().any(|s| s.op < 0);
+        let undid = done.iter().any(|s| s.op != 0 && s.flags & SEM_UNDO != 0);
+        raised || (undid && self.uses_undo) || (lowered && self.waits_for_zero)
+    }
+}
+
+impl SetShared {
+    /// Re-evaluates a queued sleeper.
+    pub(super) fn retry(&self, held: &Held, node: NodeRef) -> Attempt {
+        // SAFETY: `node` is on a list protected by `held`, so its owner is
+        // blocked and its operation array and undo entry are alive.
+        let sleeper = unsafe { node.get() };
+        let op = Op {
+            // SAFETY: as above.
+            sops: unsafe { sleeper.sops() },
+            // SAFETY: as above.
+            undo: unsafe { sleeper.undo() },
+            dupsop: sleeper.dupsop,
+        };
+        let attempt = self.perform(held, &op);
+        if let Attempt::Blocked(i) = attempt {
+            sleeper.blocking.store(i as u32, Ordering::Relaxed);
+        }
+        attempt
+    }
+
+    /// Hands an unlinked sleeper its result. A completed complex sleeper no
+    /// longer counts as one.
+    pub(super) fn deliver(&self, held: &Held, node: NodeRef, status: u32, wakeups: &mut Wakeups) {
+        // SAFETY: the node was just unlinked under `held`; its owner is
+        // still blocked until the delivery below.
+        if unsafe { node.get().sops() }.len() > 1 {
+            let complex = &self.global.complex_count;
+            complex.store(complex.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        }
+        let counters = self.counters(held);
+        Counters::bump(&counters.wakeups, 1);
+        let parked_before = wakeups.len();
+        // SAFETY: unlinked under `held`, no result delivered before.
+        unsafe { wakeups.deliver(node, status) };
+        Counters::bump(
+            &counters.futex_wakes,
+            (wakeups.len() - parked_before) as u64,
+        );
+    }
+
+    /// Completes the wait-for-zero sleepers on one list that can now run
+    /// (the kernel's `wake_const_ops`); `None` is the global list.
+    pub(super) fn wake_zero_waiters(
+        &self,
+        held: &Held,
+        num: Option<usize>,
+        wakeups: &mut Wakeups,
+    ) -> bool {
+        let take = |l: &mut WaitList| core::mem::take(l);
+        let list = match num {
+            Some(n) => self.with_sem_lists(held, n, |l| take(&mut l.zero)),
+            None => self.with_global_zero(held, take),
+        };
+        if list.is_empty() {
+            return false;
+        }
+        let mut kept = WaitList::with_capacity(list.len());
+        let mut completed = false;
+        Counters::bump(&self.counters(held).visited, list.len() as u64);
+        for node in list {
+            match self.retry(held, node) {
+                Attempt::Blocked(_) => kept.push_back(node),
+                Attempt::Done => {
+                    completed = true;
+                    self.deliver(held, node, DONE, wakeups);
+                }
+                Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+            }
+        }
+        match num {
+            Some(n) => self.with_sem_lists(held, n, |l| l.zero = kept),
+            None => self.with_global_zero(held, |l| *l = kept),
+        }
+        completed
+    }
+
+    /// Runs the wait-for-zero sleepers of the semaphores `sops` names (all
+    /// semaphores if `None`) that are now zero (`do_smart_wakeup_zero`).
+    pub(super) fn wakeup_zero(
+        &self,
+        held: &Held,
+        sops: Option<&[SemBuf]>,
+        wakeups: &mut Wakeups,
+    ) -> bool {
+        let mut completed = false;
+        let mut got_zero = false;
+        let mut check = |num: usize| {
+            if self.value(num) == 0 {
+                got_zero = true;
+                completed |= self.wake_zero_waiters(held, Some(num), wakeups);
+            }
+        };
+        match sops {
+            Some(sops) => sops.iter().for_each(|s| check(usize::from(s.num))),
+            None => (0..self.nsems()).for_each(&mut check),
+        }
+        if got_zero && held.is_global() {
+            completed |= self.wake_zero_waiters(held, None, wakeups);
+        }
+        completed
+    }
+
+    /// Completes the alter sleepers that can now run, in FIFO order, on
+    /// semaphore `num`'s list or (`None`) the global list (`update_queue`).
+    pub(super) fn update_queue(
+        &self,
+        held: &Held,
+        num: Option<usize>,
+        wakeups: &mut Wakeups,
+    ) -> bool {
+        let mut pending = match num {
+            Some(n) => self.with_sem_lists(held, n, |l| core::mem::take(&mut l.alter)),
+            None => self.with_global_alter(held, core::mem::take),
+        };
+        if pending.is_empty() {
+            return false;
+        }
+        let mut kept = WaitList::with_capacity(pending.len());
+        // What the entries in `kept` (skipped since the last restart) wait for.
+        let mut skipped = Skipped::default();
+        let mut completed = false;
+        let mut visited = 0u64;
+        'scan: while let Some(node) = pending.pop_front() {
+            // A per-semaphore list holds decrements only: nothing more can
+            // run once the value is 0.
+            if let Some(n) = num {
+                if self.value(n) == 0 {
+                    pending.push_front(node);
+                    break 'scan;
+                }
+            }
+            visited += 1;
+            let restart = match self.retry(held, node) {
+                Attempt::Blocked(i) => {
+                    // SAFETY: still queued under `held`.
+                    let sops = unsafe { node.get().sops() };
+                    skipped.waits_for_zero |= sops[i].op == 0;
+                    // SAFETY: as above.
+                    skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                    kept.push_back(node);
+                    continue 'scan;
+                }
+                Attempt::Failed(e) => {
+                    self.deliver(held, node, e.to_code(), wakeups);
+                    false
+                }
+                Attempt::Done => {
+                    completed = true;
+                    // SAFETY: the owner stays blocked until `deliver`.
+                    let sops = unsafe { node.get().sops() };
+                    self.wakeup_zero(held, Some(sops), wakeups);
+                    let restart = !kept.is_empty() && skipped.may_run_after(sops);
+                    self.deliver(held, node, DONE, wakeups);
+                    restart
+                }
+            };
+            if restart {
+                // Rescan from the head, in the same order as before.
+                kept.append(&mut pending);
+                pending = core::mem::take(&mut kept);
+                skipped = Skipped::default();
+            }
+        }
+        kept.append(&mut pending);
+        Counters::bump(&self.counters(held).visited, visited);
+        match num {
+            Some(n) => self.with_sem_lists(held, n, |l| {
+                debug_assert!(l.alter.is_empty());
+                l.alter = kept;
+            }),
+            None => self.with_global_alter(held, |l| {
+                debug_assert!(l.is_empty());
+                *l = kept;
+            }),
+        }
+        completed
+    }
+
+    /// After a successful change, completes every sleeper it enabled
+    /// (`do_smart_update`). `sops` is the change (`None`: every semaphore
+    /// may have changed, as after SETALL or an undo).
+    pub(super) fn smart_update(
+        &self,
+        held: &Held,
+        sops: Option<&[SemBuf]>,
+        mut set_otime: bool,
+        wakeups: &mut Wakeups,
+    ) {
+        set_otime |= self.wakeup_zero(held, sops, wakeups);
+        if !self.global_alter_is_empty(held) {
+            set_otime |= self.update_queue(held, None, wakeups);
+        } else {
+            match sops {
+                None => {
+                    for num in 0..self.nsems() {
+                        set_otime |= self.update_queue(held, Some(num), wakeups);
+                    }
+                }
+                Some(sops) => {
+                    // Decrements cannot enable an alter sleeper.
+                    for sop in sops.iter().filter(|s| s.op > 0) {
+                        set_otime |= self.update_queue(held, Some(usize::from(sop.num)), wakeups);
+                    }
+                }
+            }
+        }
+        if set_otime {
+            let num = sops.map_or(0, |s| usize::from(s[0].num));
+            self.touch_otime(num);
+        }
+    }
+
+    // ---- sleeping ---------------------------------------------------------
+
+    /// Queues `node` where wakers will look for it (the caller's own attempt
+    /// blocked under `held`).
+    pub(super) fn enqueue(&self, held: &Held, sops: &[SemBuf], alter: bool, node: NodeRef) {
+        if sops.len() == 1 {
+            let num = usize::from(sops[0].num);
+            if !alter {
+                self.with_sem_lists(held, num, |l| l.zero.push_back(node));
+            } else if self.global.complex_count.load(Ordering::Relaxed) > 0 {
+                self.with_global_alter(held, |l| l.push_back(node));
+            } else {
+                self.with_sem_lists(held, num, |l| l.alter.push_back(node));
+            }
+        } else {
+            let complex = &self.global.complex_count;
+            if complex.load(Ordering::Relaxed) == 0 {
+                self.merge_queues(held);
+            }
+            if alter {
+                self.with_global_alter(held, |l| l.push_back(node));
+            } else {
+                self.with_global_zero(held, |l| l.push_back(node));
+            }
+            complex.store(complex.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes a timed-out sleeper off whatever list it is on. Returns false if
+    /// it was on none (a waker got there first).
+    pub(super) fn unlink(&self, held: &Held, sops: &[SemBuf], node: NodeRef) -> bool {
+        let remove = |l: &mut WaitList| match l.iter().position(|&n| n == node) {
+            Some(pos) => {
+                l.remove(pos);
+                true
+            }
+            None => false,
+        };
+        let num = usize::from(sops[0].num);
+        let found = if sops.len() == 1 {
+            self.with_sem_lists(held, num, |l| remove(&mut l.alter) || remove(&mut l.zero))
+                || (held.is_global() && self.with_global_alter(held, remove))
+        } else {
+            self.with_global_alter(held, remove) || self.with_global_zero(held, remove)
+        };
+        if found && sops.len() > 1 {
+            let complex = &self.global.complex_count;
+            complex.store(complex.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// Sleepers blocked on `num`: decrements (`zero == false`) or
+    /// wait-for-zero operations. Only the operation a sleeper is blocked on
+    /// counts (SUSv3, Linux since 3.16). Global lock held.
+    pub(super) fn count_sleepers(&self, held: &Held, num: usize, zero: bool) -> usize {
+        let blocked_here = |list: &WaitList| {
+            list.iter()
+                .filter(|node| {
+                    // SAFETY: queued under the global lock we hold.
+                    let sleeper = unsafe { node.get() };
+                    // SAFETY: as above.
+                    let sops = unsafe { sleeper.sops() };
+                    let sop = sops[sleeper.blocking.load(Ordering::Relaxed) as usize];
+                    usize::from(sop.num) == num && if zero { sop.op == 0 } else { sop.op < 0 }
+                })
+                .count()
+        };
+        let simple =
+            self.with_sem_lists(
+                held,
+                num,
+                |l| if zero { l.zero.len() } else { l.alter.len() },
+            );
+        let mut count = simple + self.with_global_alter(held, |l| blocked_here(l));
+        if zero {
+            count += self.with_global_zero(held, |l| blocked_here(l));
+        }
+        count
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sem::queue::{Sleeper, PENDING};
+    use crate::sem::{SemError, SemSet};
+
+    fn sb(num: u16, op: i16) -> SemBuf {
+        SemBuf::new(num, op, 0)
+    }
+
+    #[test]
+    fn the_rescan_rule() {
+        let nothing = Skipped::default();
+        let zero = Skipped {
+            waits_for_zero: true,
+            uses_undo: false,
+        };
+        let undo = Skipped {
+            waits_for_zero: false,
+            uses_undo: true,
+        };
+        let undone = |op| SemBuf::new(0, op, crate::sem::SEM_UNDO);
+        // A raise can enable any skipped entry.
+        assert!(nothing.may_run_after(&[sb(0, -1), sb(1, 1)]));
+        // A decrement only a skipped wait for zero.
+        assert!(!nothing.may_run_after(&[sb(0, -1)]));
+        assert!(zero.may_run_after(&[sb(0, -1)]));
+        assert!(!undo.may_run_after(&[sb(0, -1)]));
+        // An undo change only a skipped entry with adjustments.
+        assert!(undo.may_run_after(&[undone(-1)]));
+        assert!(!nothing.may_run_after(&[undone(-1)]));
+        // A completed wait for zero changes nothing, SEM_UNDO or not.
+        assert!(!zero.may_run_after(&[sb(0, 0)]));
+        assert!(!undo.may_run_after(&[undone(0)]));
+    }
+
+    /// A set in global mode, `values` set, `sleepers` queued with the
+    /// caller's own first attempt (as `semop` does); then `post` performed
+    /// and its sleepers completed. Returns the sleepers' statuses and the
+    /// values after.
+    fn post_to(values: &[i32], sleepers: &[&[SemBuf]], post: &[SemBuf]) -> (Vec<u32>, Vec<i32>) {
+        let set = SemSet::new(values.len()).unwrap();
+        let set = set.shared();
+        let held = set.lock_global();
+        for (num, &v) in values.iter().enumerate() {
+            set.set_value_locked(num, v);
+        }
+        let nodes: Vec<Sleeper> = sleepers
+            .iter()
+            .map(|sops| {
+                let op = Op {
+                    sops,
+                    undo: None,
+                    dupsop: false,
+                };
+                let Attempt::Blocked(at) = set.perform(&held, &op) else {
+                    panic!("{sops:?} does not block");
+                };
+                Sleeper::new(sops, None, at, false)
+            })
+            .collect();
+        for (sleeper, sops) in nodes.iter().zip(sleepers) {
+            let alter = sops.iter().any(|s| s.op != 0);
+            set.enqueue(&held, sops, alter, NodeRef::new(sleeper));
+        }
+        let op = Op {
+            sops: post,
+            undo: None,
+            dupsop: false,
+        };
+        assert_eq!(set.perform(&held, &op), Attempt::Done);
+        let mut wakeups = Wakeups::default();
+        set.smart_update(&held, Some(post), true, &mut wakeups);
+        // Nobody parked, so nobody needs a futex wake.
+        assert_eq!(wakeups.len(), 0);
+        let statuses: Vec<u32> = nodes
+            .iter()
+            .map(|s| s.status.load(Ordering::Relaxed))
+            .collect();
+        for (sleeper, sops) in nodes.iter().zip(sleepers) {
+            if sleeper.status.load(Ordering::Relaxed) == PENDING {
+                assert!(
+                    set.unlink(&held, sops, NodeRef::new(sleeper)),
+                    "a pending sleeper is queued"
+                );
+            }
+        }
+        assert_eq!(set.global.complex_count.load(Ordering::Relaxed), 0);
+        let after = (0..values.len()).map(|n| set.value(n)).collect();
+        set.unlock(held);
+        (statuses, after)
+    }
+
+    #[test]
+    fn a_blocked_sleeper_is_skipped_not_a_barrier() {
+        // -2 then -1 wait on a zero semaphore; a +1 lets the -1 through.
+        let (status, after) = post_to(&[0], &[&[sb(0, -2)], &[sb(0, -1)]], &[sb(0, 1)]);
+        assert_eq!(status, [PENDING, DONE]);
+        assert_eq!(after, [0]);
+    }
+
+    #[test]
+    fn sleepers_are_completed_in_arrival_order() {
+        let (status, after) = post_to(&[0], &[&[sb(0, -1)], &[sb(0, -1)]], &[sb(0, 1)]);
+        assert_eq!(status, [DONE, PENDING]);
+        assert_eq!(after, [0]);
+        let (status, after) = post_to(&[0], &[&[sb(0, -1)], &[sb(0, -1)]], &[sb(0, 2)]);
+        assert_eq!(status, [DONE, DONE]);
+        assert_eq!(after, [0]);
+    }
+
+    #[test]
+    fn a_completion_that_enables_a_skipped_sleeper_rescans() {
+        // X needs semaphore 1, which only Y's completion provides; Y needs
+        // the post. X is skipped first, then Y's raise sends the scan back.
+        let x: &[SemBuf] = &[sb(1, -1), sb(2, 1)];
+        let y: &[SemBuf] = &[sb(0, -1), sb(1, 1)];
+        let (status, after) = post_to(&[0, 0, 0], &[x, y], &[sb(0, 1)]);
+        assert_eq!(status, [DONE, DONE]);
+        assert_eq!(after, [0, 0, 1]);
+    }
+
+    #[test]
+    fn a_decrement_to_zero_completes_the_zero_waiters() {
+        let (status, after) = post_to(
+            &[1, 1],
+            &[&[sb(0, 0)], &[sb(1, 0), sb(0, 0)], &[sb(1, 0)]],
+            &[sb(0, -1)],
+        );
+        assert_eq!(status, [DONE, PENDING, PENDING]);
+        assert_eq!(after, [0, 1]);
+        let (status, _) = post_to(
+            &[1, 1],
+            &[&[sb(0, 0)], &[sb(1, 0), sb(0, 0)]],
+            &[sb(0, -1), sb(1, -1)],
+        );
+        assert_eq!(status, [DONE, DONE]);
+    }
+
+    #[test]
+    fn a_sleeper_that_would_overflow_gets_erange() {
+        // The waker delivers the failure the sleeper's own call would have
+        // returned: ERANGE once its blocking operation can run.
+        let sleeper: &[SemBuf] = &[sb(0, -1), sb(1, crate::sem::SEMVMX as i16)];
+        let (status, after) = post_to(&[0, 1], &[sleeper], &[sb(0, 1)]);
+        assert_eq!(status, [SemError::Range.to_code()]);
+        assert_eq!(after, [1, 1]);
+    }
+
+    #[test]
+    fn counts_follow_the_blocking_operation() {
+        let set = SemSet::new(2).unwrap();
+        let set = set.shared();
+        let held = set.lock_global();
+        let single: [SemBuf; 1] = [sb(0, -1)];
+        let complex: [SemBuf; 2] = [sb(1, 0), sb(0, -1)];
+        let zero: [SemBuf; 1] = [sb(1, 0)];
+        set.set_value_locked(1, 1);
+        // Blocked on semaphore 1's wait for zero, not on semaphore 0.
+        let nodes = [
+            (Sleeper::new(&single, None, 0, false), &single[..], true),
+            (Sleeper::new(&complex, None, 0, false), &complex[..], true),
+            (Sleeper::new(&zero, None, 0, false), &zero[..], false),
+        ];
+        for (sleeper, sops, alter) in &nodes {
+            set.enqueue(&held, sops, *alter, NodeRef::new(sleeper));
+        }
+        // The complex sleeper names semaphore 0 too, but is blocked on
+        // semaphore 1's wait for zero: only that one counts.
+        assert_eq!(set.count_sleepers(&held, 0, false), 1);
+        assert_eq!(set.count_sleepers(&held, 0, true), 0);
+        assert_eq!(set.count_sleepers(&held, 1, true), 2);
+        assert_eq!(set.count_sleepers(&held, 1, false), 0);
+        assert_eq!(set.global.complex_count.load(Ordering::Relaxed), 1);
+        for (sleeper, sops, _) in &nodes {
+            assert!(set.unlink(&held, sops, NodeRef::new(sleeper)));
+        }
+        assert_eq!(set.global.complex_count.load(Ordering::Relaxed), 0);
+        assert_eq!(set.count_sleepers(&held, 0, false), 0);
+        set.unlock(held);
+    }
+}

@@ -1,0 +1,71 @@
+//! What the kernel records besides the values: the process id of the last
+//! change (`GETPID`) and second-resolution times (`sem_otime`, `sem_ctime`).
+//! Both are read on hot paths, so both avoid a system call.
+
+use std::time::{Duration, SystemTime};
+
+use crate::sync::Ordering;
+
+/// The process id the kernel would record (cached: `getpid` is a system call).
+pub(super) fn current_pid() -> i32 {
+    use crate::sync::unmodelled::AtomicI32 as PidCache;
+    use std::sync::Once;
+    static PID: PidCache = PidCache::new(0);
+    static AT_FORK: Once = Once::new();
+    extern "C" fn forget_pid() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
+    }
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic, which
+        // is async-signal-safe as the child side of fork requires.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+    });
+    let pid = std::process::id() as i32;
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+/// Seconds since the epoch (`sem_otime` only has second resolution).
+pub(super) fn now_secs() -> u64 {
+    // SAFETY: time(NULL) writes nothing; on x86-64 and AArch64 glibc answers
+    // it from the vDSO with one load, cheaper than clock_gettime.
+    let secs = unsafe { libc::time(core::ptr::null_mut()) };
+    if secs > 0 {
+        secs as u64
+    } else {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs().max(1))
+    }
+}
+
+/// The time `secs` seconds after the epoch.
+pub(super) fn system_time(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pid_is_this_process() {
+        assert_eq!(current_pid(), std::process::id() as i32);
+        // The cached answer is the same.
+        assert_eq!(current_pid(), std::process::id() as i32);
+    }
+
+    #[test]
+    fn seconds_agree_with_the_system_clock() {
+        let before = SystemTime::now();
+        let secs = now_secs();
+        let after = SystemTime::now();
+        let floor = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        assert!((floor(before)..=floor(after)).contains(&secs));
+        assert_eq!(floor(system_time(secs)), secs);
+    }
+}
