@@ -4,6 +4,8 @@
 
 mod common;
 
+#[path = "torture/combining.rs"]
+mod combining;
 #[path = "torture/mcs.rs"]
 mod mcs;
 #[path = "torture/pv.rs"]

@@ -8,10 +8,13 @@
 //! | `RawMcsLock` (`std`) | 1 pointer, per-thread nodes | FIFO | collapses like the ticket lock |
 //! | `RawQSpinLock` (`std`) | 4 bytes | FIFO after the pending waiter | collapses like the ticket lock |
 //! | `RawPvQSpinLock` (`std`) | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
+//! | `RawCombiningLock` / `CombiningMutex` (`std`) | 2 pointers | publication order, bounded barging | the holder runs waiters' critical sections; a preempted waiter costs nothing |
 //!
 //! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
 //! thread-local, so they need the `std` feature; the others work in `no_std`.
 
+#[cfg(any(feature = "std", loom))]
+mod combining;
 mod mcs;
 #[cfg(any(feature = "std", loom))]
 mod pv;
@@ -20,6 +23,8 @@ mod qspin;
 mod tas;
 mod ticket;
 
+#[cfg(any(feature = "std", loom))]
+pub use combining::*;
 pub use mcs::*;
 #[cfg(any(feature = "std", loom))]
 pub use pv::*;
