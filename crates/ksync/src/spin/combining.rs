@@ -95,11 +95,10 @@
 use core::ptr;
 use std::panic::{self, AssertUnwindSafe};
 
-use super::qspin::{event_set, EventCounter};
 use crate::futex;
 use crate::relax::cpu_relax;
 use crate::spin_budget::SpinTimer;
-use crate::sync::{AtomicU32, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{unmodelled, AtomicU32, AtomicUsize, Ordering, UnsafeCell};
 
 /// Requests one holder serves before it hands the lock over. Bounds the
 /// holder's own latency: its `with` returns after at most this many foreign
@@ -119,51 +118,18 @@ const OWNER: u32 = 3;
 const DEFERRED_WAKES: usize = 16;
 
 // ---------------------------------------------------------------------------
-// Event counters.
+// Statistics.
 
-#[repr(align(128))]
-struct Events {
-    combined: EventCounter,
-    tenures: EventCounter,
-    handed_over: EventCounter,
-    sleeps: EventCounter,
-    wakes: EventCounter,
-}
-
-impl Events {
-    const fn new() -> Self {
-        Events {
-            combined: EventCounter::new(),
-            tenures: EventCounter::new(),
-            handed_over: EventCounter::new(),
-            sleeps: EventCounter::new(),
-            wakes: EventCounter::new(),
-        }
-    }
-
-    fn all(&self) -> [&EventCounter; 5] {
-        [
-            &self.combined,
-            &self.tenures,
-            &self.handed_over,
-            &self.sleeps,
-            &self.wakes,
-        ]
-    }
-}
-
-event_set!(Events);
-
-/// A snapshot of the combining locks' events, summed over every lock and
-/// thread since start (or [`reset_combining_stats`]). Only slow paths count:
+/// What a combining lock did, counted since it was made (or
+/// [`reset_stats`](RawCombiningLock::reset_stats)). Only slow paths count:
 /// an uncontended `with` touches none of them.
 ///
 /// ```
-/// use ksync::spin::{combining_stats, CombiningMutex};
+/// use ksync::spin::CombiningMutex;
 ///
 /// let m = CombiningMutex::new(0u32);
 /// m.with(|v| *v += 1);
-/// let s = combining_stats();
+/// let s = m.stats();
 /// println!("{} run for others in {} tenures", s.combined, s.tenures);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,7 +137,8 @@ event_set!(Events);
 pub struct CombiningStats {
     /// Closures a holder ran for another thread.
     pub combined: u64,
-    /// Holder tenures that ran at least one closure for another thread.
+    /// Holder tenures that ran at least one closure for another thread
+    /// (`combined / tenures` is the mean batch).
     pub tenures: u64,
     /// Times a holder handed the lock to a waiter: its combining limit was
     /// reached, or the waiter wanted a guard.
@@ -193,23 +160,70 @@ impl CombiningStats {
             wakes: self.wakes.saturating_sub(earlier.wakes),
         }
     }
-}
 
-/// Reads the combining locks' event counters.
-pub fn combining_stats() -> CombiningStats {
-    let e = events();
-    CombiningStats {
-        combined: e.combined.get(),
-        tenures: e.tenures.get(),
-        handed_over: e.handed_over.get(),
-        sleeps: e.sleeps.get(),
-        wakes: e.wakes.get(),
+    /// Field-by-field sum (to total several locks).
+    pub fn plus(&self, other: &CombiningStats) -> CombiningStats {
+        CombiningStats {
+            combined: self.combined + other.combined,
+            tenures: self.tenures + other.tenures,
+            handed_over: self.handed_over + other.handed_over,
+            sleeps: self.sleeps + other.sleeps,
+            wakes: self.wakes + other.wakes,
+        }
     }
 }
 
-/// Sets the combining locks' event counters back to zero.
-pub fn reset_combining_stats() {
-    events().all().into_iter().for_each(EventCounter::reset);
+/// The counters, kept in the lock itself: the holder updates its own with a
+/// plain load and store on a line it already owns (a shared counter would
+/// cost a cache-line transfer per tenure); only `sleeps`, counted by
+/// waiters, needs a read-modify-write. Relaxed, outside loom's model: they
+/// order nothing.
+struct Counters {
+    combined: unmodelled::AtomicU64,
+    tenures: unmodelled::AtomicU64,
+    handed_over: unmodelled::AtomicU64,
+    sleeps: unmodelled::AtomicU64,
+    wakes: unmodelled::AtomicU64,
+}
+
+impl Counters {
+    const fn new() -> Counters {
+        Counters {
+            combined: unmodelled::AtomicU64::new(0),
+            tenures: unmodelled::AtomicU64::new(0),
+            handed_over: unmodelled::AtomicU64::new(0),
+            sleeps: unmodelled::AtomicU64::new(0),
+            wakes: unmodelled::AtomicU64::new(0),
+        }
+    }
+
+    /// Adds `n` to a counter only the holder writes.
+    #[inline]
+    fn add_held(counter: &unmodelled::AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> CombiningStats {
+        CombiningStats {
+            combined: self.combined.load(Ordering::Relaxed),
+            tenures: self.tenures.load(Ordering::Relaxed),
+            handed_over: self.handed_over.load(Ordering::Relaxed),
+            sleeps: self.sleeps.load(Ordering::Relaxed),
+            wakes: self.wakes.load(Ordering::Relaxed),
+        }
+    }
+
+    fn reset(&self) {
+        for c in [
+            &self.combined,
+            &self.tenures,
+            &self.handed_over,
+            &self.sleeps,
+            &self.wakes,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -258,8 +272,11 @@ impl Request {
 }
 
 /// A closure request: the header first, so a `*const Request` that came from
-/// a `Job` is a `*const Job`.
-#[repr(C)]
+/// a `Job` is a `*const Job`. Aligned to a cache line, so that a small job
+/// (header, data pointer, a few captures, the result) is one line for the
+/// holder to fetch and write back, and no other local of its owner's frame
+/// shares it.
+#[repr(C, align(64))]
 struct Job<T: ?Sized, F, R> {
     request: Request,
     data: *mut T,
@@ -298,6 +315,7 @@ pub struct RawCombiningLock {
     /// Requests taken off `word`, in publication order, not yet served. Only
     /// the holder touches it; a hand-over passes it on.
     batch: UnsafeCell<*const Request>,
+    counters: Counters,
 }
 
 // SAFETY: `batch` is only accessed by the lock's holder (see the module
@@ -322,17 +340,19 @@ impl Default for RawCombiningLock {
     }
 }
 
-/// Counts a tenure's foreign closures once, when it ends (a counter bump per
-/// closure would put a shared line on the holder's path).
-struct Tenure {
+/// Counts a tenure's foreign closures once, when it ends (and while the
+/// lock is still held: see `serve_and_release`).
+struct Tenure<'a> {
+    counters: &'a Counters,
     served: u32,
 }
 
-impl Drop for Tenure {
-    fn drop(&mut self) {
+impl Tenure<'_> {
+    fn close(&mut self) {
         if self.served > 0 {
-            events().combined.add(u64::from(self.served));
-            events().tenures.bump();
+            Counters::add_held(&self.counters.combined, u64::from(self.served));
+            Counters::add_held(&self.counters.tenures, 1);
+            self.served = 0;
         }
     }
 }
@@ -360,7 +380,6 @@ impl Wakes {
     }
 
     fn flush(&mut self) {
-        events().wakes.add(self.len as u64);
         // SAFETY: every entry is the address of a request's `status`, a futex
         // word its owner sleeps on; the frame may be gone, which `wake_all`
         // (through `wake_ptr`) allows.
@@ -384,6 +403,7 @@ impl RawCombiningLock {
         RawCombiningLock {
             word: AtomicUsize::new(0),
             batch: UnsafeCell::new(ptr::null()),
+            counters: Counters::new(),
         }
     }
 
@@ -393,6 +413,7 @@ impl RawCombiningLock {
         RawCombiningLock {
             word: AtomicUsize::new(0),
             batch: UnsafeCell::new(ptr::null()),
+            counters: Counters::new(),
         }
     }
 
@@ -501,10 +522,14 @@ impl RawCombiningLock {
     /// The caller holds the lock; it does not hold it afterwards.
     unsafe fn serve_and_release(&self) {
         let mut wakes = Wakes::new();
-        let mut tenure = Tenure { served: 0 };
+        let mut tenure = Tenure {
+            counters: &self.counters,
+            served: 0,
+        };
         loop {
             // SAFETY: we hold the lock.
             let Some(request) = (unsafe { self.next_request() }) else {
+                tenure.close();
                 match self
                     .word
                     .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
@@ -528,6 +553,7 @@ impl RawCombiningLock {
                     // SAFETY: as above.
                     let status = unsafe { &(*request).status };
                     if status.swap(DONE, Ordering::Release) == SLEEPING {
+                        Counters::add_held(&self.counters.wakes, 1);
                         wakes.push(status);
                     }
                 }
@@ -536,10 +562,11 @@ impl RawCombiningLock {
                     // holder; pairs with the acquire load in `wait`.
                     // SAFETY: as above.
                     let status = unsafe { &(*request).status };
-                    events().handed_over.bump();
+                    // Counted before the swap: after it the lock is not ours.
+                    tenure.close();
+                    Counters::add_held(&self.counters.handed_over, 1);
                     if status.swap(OWNER, Ordering::Release) == SLEEPING {
                         // The lock waits for this thread: wake it now.
-                        events().wakes.bump();
                         // SAFETY: the owner cannot return before it runs.
                         unsafe { futex::wake_ptr(status, 1) };
                     }
@@ -553,11 +580,19 @@ impl RawCombiningLock {
     /// if the lock was handed over (the caller now holds it).
     fn wait(&self, request: &Request) -> bool {
         let mut timer = SpinTimer::one_switch();
+        let mut slept = false;
         loop {
             // Acquire: pairs with the release swaps in `serve_and_release`.
             match request.status.load(Ordering::Acquire) {
                 DONE => return false,
-                OWNER => return true,
+                OWNER => {
+                    if slept {
+                        // The hand-over woke us; we hold the lock now, so
+                        // the holder-only counter is ours to update.
+                        Counters::add_held(&self.counters.wakes, 1);
+                    }
+                    return true;
+                }
                 WAITING if !timer.expired() => cpu_relax(),
                 WAITING => {
                     if request
@@ -565,7 +600,8 @@ impl RawCombiningLock {
                         .compare_exchange(WAITING, SLEEPING, Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                     {
-                        events().sleeps.bump();
+                        self.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+                        slept = true;
                         self.sleep(request);
                     }
                 }
@@ -579,6 +615,17 @@ impl RawCombiningLock {
     /// status before it wakes, so this sleeps until woken or sees the change.
     fn sleep(&self, request: &Request) {
         futex::wait(&request.status, SLEEPING, None);
+    }
+
+    /// What this lock did so far; see [`CombiningStats`].
+    pub fn stats(&self) -> CombiningStats {
+        self.counters.snapshot()
+    }
+
+    /// Sets this lock's counters back to zero. Counts in flight may be lost
+    /// or survive; call it while the lock is idle for exact figures.
+    pub fn reset_stats(&self) {
+        self.counters.reset();
     }
 
     /// The lock, for a guard: taken at once, or by publishing a lock request
@@ -802,6 +849,18 @@ impl<T: ?Sized> CombiningMutex<T> {
     #[inline]
     pub fn is_locked(&self) -> bool {
         self.inner.is_locked()
+    }
+
+    /// What this mutex's lock did so far; see [`CombiningStats`].
+    pub fn stats(&self) -> CombiningStats {
+        // SAFETY: reading counters does not touch the lock's state.
+        unsafe { self.inner.raw() }.stats()
+    }
+
+    /// Sets the counters back to zero; see [`RawCombiningLock::reset_stats`].
+    pub fn reset_stats(&self) {
+        // SAFETY: as for `stats`.
+        unsafe { self.inner.raw() }.reset_stats()
     }
 
     /// The protected data, through a unique borrow: no locking needed.

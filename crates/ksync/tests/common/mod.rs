@@ -82,6 +82,13 @@ impl<R: RawMutex + Send + Sync + 'static> Exclusive for Raw<R> {
     }
 }
 
+/// A shared lock is the lock.
+impl<L: Exclusive> Exclusive for Arc<L> {
+    fn critical(&self, section: impl FnOnce() + Send) {
+        (**self).critical(section)
+    }
+}
+
 /// Runs `threads` threads of `iters` acquisitions each on one `R`.
 ///
 /// Panics if the run does not finish within [`WATCHDOG`].
