@@ -54,6 +54,9 @@ pub(crate) mod futex_batch;
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod thread_slot;
 
+#[cfg(any(feature = "std", loom))]
+pub mod spin_budget;
+
 pub mod spin;
 
 #[cfg(any(feature = "std", loom))]

@@ -6,6 +6,8 @@ mod common;
 #[path = "torture/exclusion.rs"]
 mod exclusion;
 
+#[path = "torture/combining.rs"]
+mod combining;
 #[path = "torture/mcs.rs"]
 mod mcs;
 #[path = "torture/pv.rs"]

@@ -8,11 +8,14 @@
 //! | `RawMcsLock` (`std`) | 1 pointer, per-thread nodes | FIFO | collapses like the ticket lock |
 //! | `RawQSpinLock` (`std`) | 4 bytes | FIFO after the pending waiter | collapses like the ticket lock |
 //! | `RawPvQSpinLock` (`std`) | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
+//! | `RawCombiningLock` / `CombiningMutex` (`std`) | 2 pointers | publication order, bounded barging | the holder runs waiters' critical sections; a preempted waiter costs nothing |
 //!
 //! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
 //! thread-local, so they need the `std` feature; the others work in `no_std`.
 
 mod backoff;
+#[cfg(any(feature = "std", loom))]
+mod combining;
 #[cfg(any(feature = "std", loom))]
 mod events;
 mod mcs;
@@ -26,6 +29,8 @@ mod tas;
 mod ticket;
 
 pub use backoff::*;
+#[cfg(any(feature = "std", loom))]
+pub use combining::*;
 pub use mcs::*;
 #[cfg(any(feature = "std", loom))]
 pub use pv::*;

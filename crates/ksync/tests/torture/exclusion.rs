@@ -62,6 +62,33 @@ struct Shared<R> {
 /// How long a torture run may take before the watchdog calls it stuck.
 pub const WATCHDOG: Duration = Duration::from_secs(240);
 
+/// A way to run a critical section under some lock: any raw mutex through
+/// `lock`/`unlock`, or a lock that takes the section as a closure (the
+/// combining lock). The closure must be `Send`: a combining lock may run it
+/// on another thread.
+pub trait Exclusive: Send + Sync + 'static {
+    fn critical(&self, section: impl FnOnce() + Send);
+}
+
+/// Any raw mutex, through lock and unlock.
+pub struct Raw<R>(pub R);
+
+impl<R: RawMutex + Send + Sync + 'static> Exclusive for Raw<R> {
+    fn critical(&self, section: impl FnOnce() + Send) {
+        let guard = self.0.lock();
+        section();
+        // SAFETY: `guard` came from `lock()` on this same lock just above.
+        unsafe { self.0.unlock(guard) };
+    }
+}
+
+/// A shared lock is the lock.
+impl<L: Exclusive> Exclusive for Arc<L> {
+    fn critical(&self, section: impl FnOnce() + Send) {
+        (**self).critical(section)
+    }
+}
+
 /// Runs `threads` threads of `iters` acquisitions each on one `R`.
 ///
 /// Panics if the run does not finish within [`WATCHDOG`].
@@ -69,6 +96,11 @@ pub fn hammer<R>(lock: R, threads: usize, iters: u64) -> Report
 where
     R: RawMutex + Send + Sync + 'static,
 {
+    hammer_with(Raw(lock), threads, iters)
+}
+
+/// [`hammer`] for any [`Exclusive`].
+pub fn hammer_with<L: Exclusive>(lock: L, threads: usize, iters: u64) -> Report {
     let shared = Arc::new(Shared {
         lock,
         inside: AtomicUsize::new(0),
@@ -87,19 +119,19 @@ where
                 start_line.wait();
                 let mut mine = 0u64;
                 for _ in 0..iters {
-                    let guard = shared.lock.lock();
-                    if shared.inside.fetch_add(1, Ordering::Relaxed) != 0 {
-                        shared.violations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let seen = shared.counter.load(Ordering::Relaxed);
-                    // Widen the window a broken lock needs to show itself.
-                    for _ in 0..4 {
-                        std::hint::spin_loop();
-                    }
-                    shared.counter.store(seen + 1, Ordering::Relaxed);
-                    shared.inside.fetch_sub(1, Ordering::Relaxed);
-                    // SAFETY: `guard` came from `lock()` on this same lock just above.
-                    unsafe { shared.lock.unlock(guard) };
+                    let inner = &*shared;
+                    shared.lock.critical(|| {
+                        if inner.inside.fetch_add(1, Ordering::Relaxed) != 0 {
+                            inner.violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let seen = inner.counter.load(Ordering::Relaxed);
+                        // Widen the window a broken lock needs to show itself.
+                        for _ in 0..4 {
+                            std::hint::spin_loop();
+                        }
+                        inner.counter.store(seen + 1, Ordering::Relaxed);
+                        inner.inside.fetch_sub(1, Ordering::Relaxed);
+                    });
                     mine += 1;
                 }
                 let _ = done_tx.send((t, mine));

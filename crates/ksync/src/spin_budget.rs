@@ -1,0 +1,256 @@
+//! How long a waiter spins before it sleeps: about one context switch,
+//! measured on this machine.
+//!
+//! A waiter that will have to sleep anyway should stop spinning once it has
+//! spent what sleeping and being woken would have cost: past that point the
+//! spinning is pure loss, and when threads outnumber cores it also takes the
+//! CPU from the thread the waiter is waiting for. The kernel can ask whether
+//! a lock's owner is on a CPU; user space cannot, so ksync's sleeping locks
+//! bound their spinning by time instead, and the time is the cost of a
+//! context switch here.
+//!
+//! [`context_switch`] measures it once per process, in the background: two
+//! threads hand a futex word back and forth a hundred times, and one hand-off
+//! (a `FUTEX_WAKE`, the wake-up, and the woken thread running) is half a round
+//! trip; the median of five rounds is kept. Until the measurement is in, the
+//! default of [`DEFAULT_CONTEXT_SWITCH`] stands. Setting `KSYNC_SWITCH_NS` in
+//! the environment (nanoseconds) skips the measurement. The lock that first
+//! needs the figure starts the measuring thread; nothing is measured in a
+//! process whose locks never wait.
+//!
+//! [`SpinTimer`] is the spinning side: it reads the clock every few polls, so
+//! a spin loop checks its deadline without paying a clock read per poll.
+//!
+//! Under `--cfg loom` nothing is measured and every budget is one poll: loom
+//! cares which interleavings a spin allows, not how long it lasts.
+
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
+
+/// The context-switch cost assumed until the measurement is in (and where it
+/// fails): 4 us, a typical futex hand-off between two CPUs of a virtual machine.
+pub const DEFAULT_CONTEXT_SWITCH: Duration = Duration::from_micros(4);
+
+/// Bounds for a measured or configured value: a figure outside them is a
+/// broken measurement (or a typo), not a machine.
+#[cfg(not(loom))]
+const SANE_NS: core::ops::RangeInclusive<u64> = 200..=200_000;
+
+/// 0: not asked for yet; 1: being measured; anything else: the cost in ns.
+#[cfg(not(loom))]
+static SWITCH_NS: AtomicU64 = AtomicU64::new(0);
+#[cfg(not(loom))]
+const MEASURING: u64 = 1;
+
+/// The cost of one context switch on this machine: a futex wake-up and the
+/// woken thread running. The first call starts the measurement in the
+/// background and returns [`DEFAULT_CONTEXT_SWITCH`] until it is done.
+///
+/// ```
+/// let switch = ksync::spin_budget::context_switch();
+/// assert!(switch > std::time::Duration::ZERO);
+/// ```
+pub fn context_switch() -> Duration {
+    Duration::from_nanos(context_switch_ns())
+}
+
+/// [`context_switch`] in nanoseconds, the form the spin loops use.
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn context_switch_ns() -> u64 {
+    match SWITCH_NS.load(Ordering::Relaxed) {
+        0 => start_measuring(),
+        MEASURING => DEFAULT_CONTEXT_SWITCH.as_nanos() as u64,
+        ns => ns,
+    }
+}
+
+#[cfg(loom)]
+pub(crate) fn context_switch_ns() -> u64 {
+    DEFAULT_CONTEXT_SWITCH.as_nanos() as u64
+}
+
+/// Claims the measurement for this call and starts it; returns the default
+/// for now.
+#[cfg(not(loom))]
+#[cold]
+fn start_measuring() -> u64 {
+    let default = DEFAULT_CONTEXT_SWITCH.as_nanos() as u64;
+    if SWITCH_NS
+        .compare_exchange(0, MEASURING, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return default;
+    }
+    if let Some(ns) = std::env::var("KSYNC_SWITCH_NS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ns| SANE_NS.contains(ns))
+    {
+        SWITCH_NS.store(ns, Ordering::Relaxed);
+        return ns;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("ksync-switch-cost".into())
+        .spawn(move || {
+            let ns = measure()
+                .filter(|ns| SANE_NS.contains(ns))
+                .unwrap_or(default);
+            SWITCH_NS.store(ns, Ordering::Relaxed);
+        });
+    if spawned.is_err() {
+        SWITCH_NS.store(default, Ordering::Relaxed);
+    }
+    default
+}
+
+/// Median over five rounds of 20 futex round trips between this thread and
+/// a partner, halved. `None` if the partner cannot be started.
+#[cfg(not(loom))]
+fn measure() -> Option<u64> {
+    use crate::futex;
+    use crate::sync::AtomicU32;
+    use std::sync::Arc;
+
+    const ROUNDS: usize = 5;
+    const TRIPS: u32 = 20;
+    // Odd values are the partner's turn, even values ours; it stops at `done`.
+    let word = Arc::new(AtomicU32::new(0));
+    let done = 2 * TRIPS * ROUNDS as u32;
+    let partner = {
+        let word = Arc::clone(&word);
+        std::thread::Builder::new()
+            .name("ksync-switch-cost-partner".into())
+            .spawn(move || loop {
+                let seen = word.load(Ordering::Acquire);
+                if seen >= done {
+                    return;
+                }
+                if seen % 2 == 1 {
+                    word.store(seen + 1, Ordering::Release);
+                    futex::wake(&word, 1);
+                } else {
+                    futex::wait(&word, seen, None);
+                }
+            })
+            .ok()?
+    };
+    let mut per_round = Vec::with_capacity(ROUNDS);
+    let mut turn = 0;
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..TRIPS {
+            word.store(turn + 1, Ordering::Release);
+            futex::wake(&word, 1);
+            turn += 2;
+            while word.load(Ordering::Acquire) != turn {
+                futex::wait(&word, turn - 1, None);
+            }
+        }
+        per_round.push(start.elapsed().as_nanos() as u64 / (2 * u64::from(TRIPS)));
+    }
+    partner.join().ok()?;
+    per_round.sort_unstable();
+    Some(per_round[ROUNDS / 2])
+}
+
+/// A spin deadline about `budget` nanoseconds away, checked against the clock
+/// every [`SpinTimer::CHECK_EVERY`] polls.
+pub(crate) struct SpinTimer {
+    #[cfg(not(loom))]
+    deadline: Option<Instant>,
+    #[cfg(not(loom))]
+    budget_ns: u64,
+    polls: u32,
+}
+
+impl SpinTimer {
+    /// Polls between two clock reads: a clock read costs about as much as a
+    /// few dozen polls of a cached word.
+    #[cfg_attr(loom, allow(dead_code))]
+    const CHECK_EVERY: u32 = 32;
+
+    /// A timer for `budget_ns`; the clock is first read at the first check,
+    /// so a wait that ends at once never reads it.
+    #[inline]
+    pub(crate) fn new(budget_ns: u64) -> SpinTimer {
+        #[cfg(loom)]
+        let _ = budget_ns;
+        SpinTimer {
+            #[cfg(not(loom))]
+            deadline: None,
+            #[cfg(not(loom))]
+            budget_ns,
+            polls: 0,
+        }
+    }
+
+    /// A timer for one context switch ([`context_switch`]).
+    #[inline]
+    pub(crate) fn one_switch() -> SpinTimer {
+        SpinTimer::new(context_switch_ns())
+    }
+
+    /// Counts one poll; true once the budget is spent.
+    #[inline]
+    pub(crate) fn expired(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        #[cfg(loom)]
+        return self.polls > 1;
+        #[cfg(not(loom))]
+        {
+            if !self.polls.is_multiple_of(Self::CHECK_EVERY) {
+                return false;
+            }
+            let now = Instant::now();
+            match self.deadline {
+                None => {
+                    self.deadline = Some(now + Duration::from_nanos(self.budget_ns));
+                    false
+                }
+                Some(deadline) => now >= deadline,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_expires_after_its_budget_and_not_before() {
+        let mut timer = SpinTimer::new(2_000_000);
+        let start = Instant::now();
+        let mut polls = 0u64;
+        while !timer.expired() {
+            polls += 1;
+        }
+        // The deadline is set at the first check, CHECK_EVERY polls in.
+        assert!(start.elapsed() >= Duration::from_millis(2));
+        assert!(polls >= u64::from(SpinTimer::CHECK_EVERY));
+    }
+
+    #[test]
+    fn the_measurement_is_within_sane_bounds() {
+        let ns = measure().expect("a partner thread");
+        assert!(ns > 0, "{ns}");
+        eprintln!("one futex hand-off here: {ns} ns");
+    }
+
+    #[test]
+    fn context_switch_settles_on_a_sane_figure() {
+        let first = context_switch_ns();
+        assert!(SANE_NS.contains(&first), "{first}");
+        // The background measurement finishes in well under a second.
+        let start = Instant::now();
+        while SWITCH_NS.load(Ordering::Relaxed) <= MEASURING {
+            assert!(start.elapsed() < Duration::from_secs(30), "never measured");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(SANE_NS.contains(&context_switch_ns()));
+    }
+}
