@@ -171,6 +171,16 @@ impl SetShared {
 
     /// Completes the alter sleepers that can now run, in FIFO order, on
     /// semaphore `num`'s list or (`None`) the global list (`update_queue`).
+    ///
+    /// A completion that does not restart the scan (the rescan rule) leaves
+    /// the entries skipped before it blocked, but not necessarily on the
+    /// operation they were last found blocked on: a decrement can make an
+    /// earlier operation of a complex sleeper block instead. The kernel
+    /// rescans after every completion, so its GETNCNT and GETZCNT count them
+    /// where they block now. So when such a completion left complex entries
+    /// behind, the scan ends with one more pass over what it kept, which
+    /// refreshes their blocking operation (and still completes nobody, by the
+    /// rule): the bulk wake-up stays O(N).
     pub(super) fn update_queue(
         &self,
         held: &Held,
@@ -185,50 +195,61 @@ impl SetShared {
             return false;
         }
         let mut kept = WaitList::with_capacity(pending.len());
-        // What the entries in `kept` (skipped since the last restart) wait for.
-        let mut skipped = Skipped::default();
         let mut completed = false;
         let mut visited = 0u64;
-        'scan: while let Some(node) = pending.pop_front() {
-            // A per-semaphore list holds decrements only: nothing more can
-            // run once the value is 0.
-            if let Some(n) = num {
-                if self.value(n) == 0 {
-                    pending.push_front(node);
-                    break 'scan;
+        loop {
+            // What the entries in `kept` (skipped since the last restart)
+            // wait for.
+            let mut skipped = Skipped::default();
+            // How many entries at the front of `kept` were evaluated before
+            // the last completion that did not restart the scan.
+            let mut stale = 0;
+            'scan: while let Some(node) = pending.pop_front() {
+                // A per-semaphore list holds decrements only: nothing more
+                // can run once the value is 0.
+                if let Some(n) = num {
+                    if self.value(n) == 0 {
+                        pending.push_front(node);
+                        break 'scan;
+                    }
+                }
+                visited += 1;
+                match self.retry(held, node) {
+                    Attempt::Blocked(i) => {
+                        // SAFETY: still queued under `held`.
+                        let sops = unsafe { node.get().sops() };
+                        skipped.waits_for_zero |= sops[i].op == 0;
+                        // SAFETY: as above.
+                        skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                        kept.push_back(node);
+                    }
+                    Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+                    Attempt::Done => {
+                        completed = true;
+                        // SAFETY: the owner stays blocked until `deliver`.
+                        let sops = unsafe { node.get().sops() };
+                        self.wakeup_zero(held, Some(sops), wakeups);
+                        let restart = !kept.is_empty() && skipped.may_run_after(sops);
+                        self.deliver(held, node, DONE, wakeups);
+                        if restart {
+                            // Rescan from the head, in the same order as before.
+                            kept.append(&mut pending);
+                            pending = core::mem::take(&mut kept);
+                            skipped = Skipped::default();
+                            stale = 0;
+                        } else {
+                            stale = kept.len();
+                        }
+                    }
                 }
             }
-            visited += 1;
-            let restart = match self.retry(held, node) {
-                Attempt::Blocked(i) => {
-                    // SAFETY: still queued under `held`.
-                    let sops = unsafe { node.get().sops() };
-                    skipped.waits_for_zero |= sops[i].op == 0;
-                    // SAFETY: as above.
-                    skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
-                    kept.push_back(node);
-                    continue 'scan;
-                }
-                Attempt::Failed(e) => {
-                    self.deliver(held, node, e.to_code(), wakeups);
-                    false
-                }
-                Attempt::Done => {
-                    completed = true;
-                    // SAFETY: the owner stays blocked until `deliver`.
-                    let sops = unsafe { node.get().sops() };
-                    self.wakeup_zero(held, Some(sops), wakeups);
-                    let restart = !kept.is_empty() && skipped.may_run_after(sops);
-                    self.deliver(held, node, DONE, wakeups);
-                    restart
-                }
-            };
-            if restart {
-                // Rescan from the head, in the same order as before.
-                kept.append(&mut pending);
-                pending = core::mem::take(&mut kept);
-                skipped = Skipped::default();
+            // SAFETY: every entry of `kept` is still queued under `held`.
+            let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
+            if !kept.iter().take(stale).any(moved) {
+                break;
             }
+            kept.append(&mut pending);
+            pending = core::mem::take(&mut kept);
         }
         kept.append(&mut pending);
         Counters::bump(&self.counters(held).visited, visited);
@@ -508,6 +529,40 @@ mod tests {
         let (status, after) = post_to(&[0, 1], &[sleeper], &[sb(0, 1)]);
         assert_eq!(status, [SemError::Range.to_code()]);
         assert_eq!(after, [1, 1]);
+    }
+
+    #[test]
+    fn a_sleeper_left_behind_by_a_completion_is_counted_where_it_now_blocks() {
+        // The script: X = [1 -1, 0 -1] and Y = [1 -1] wait on two
+        // zeros; a +1 on semaphore 1 lets X's first operation pass (X is then
+        // blocked on semaphore 0), then completes Y, which takes the unit
+        // back: X blocks on semaphore 1 again, as the kernel's rescan finds.
+        let set = SemSet::new(2).unwrap();
+        let set = set.shared();
+        let held = set.lock_global();
+        let x: [SemBuf; 2] = [sb(1, -1), sb(0, -1)];
+        let y: [SemBuf; 1] = [sb(1, -1)];
+        let sleepers = [
+            Sleeper::new(&x, None, 0, false),
+            Sleeper::new(&y, None, 0, false),
+        ];
+        set.enqueue(&held, &x, true, NodeRef::new(&sleepers[0]));
+        set.enqueue(&held, &y, true, NodeRef::new(&sleepers[1]));
+        let post = [sb(1, 1)];
+        let op = Op {
+            sops: &post,
+            undo: None,
+            dupsop: false,
+        };
+        assert_eq!(set.perform(&held, &op), Attempt::Done);
+        let mut wakeups = Wakeups::default();
+        set.smart_update(&held, Some(&post), true, &mut wakeups);
+        let status = |i: usize| sleepers[i].status.load(Ordering::Relaxed);
+        assert_eq!((status(0), status(1)), (PENDING, DONE));
+        assert_eq!(set.count_sleepers(&held, 0, false), 0);
+        assert_eq!(set.count_sleepers(&held, 1, false), 1);
+        assert!(set.unlink(&held, &x, NodeRef::new(&sleepers[0])));
+        set.unlock(held);
     }
 
     #[test]
