@@ -107,8 +107,7 @@ fn every_backend_gets_a_per_burn_breakdown_and_the_floor_runs() {
     );
     let row = |name: &str| -> Vec<String> {
         text.lines()
-            .filter(|l| l.starts_with(&format!("| {name} ")))
-            .last()
+            .rfind(|l| l.starts_with(&format!("| {name} ")))
             .unwrap_or_else(|| panic!("no {name} row:\n{text}"))
             .split('|')
             .map(|c| c.trim().to_string())

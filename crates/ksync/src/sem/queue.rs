@@ -151,26 +151,32 @@ impl Sleeper {
         unsafe { self.undo.as_ref() }
     }
 
-    /// Waits until a waker delivers a result or `deadline` passes. Returns the
-    /// status word if it holds a result, or `None` on time-out (the node may
-    /// still be queued: the caller settles that under the lock).
-    pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
+    /// Waits until a waker delivers a result or `deadline` passes. The
+    /// result's `status` holds the status word if it holds a result, `None`
+    /// on time-out (the node may still be queued: the caller settles that
+    /// under the lock).
+    pub(super) fn wait(&self, deadline: Option<Instant>) -> Waited {
         let spins = spin_budget();
+        let mut waited = Waited::default();
         // Every acquire load of `status` here pairs with the release swap in
         // `Wakeups::deliver`: a result read is the waker's whole operation.
         for i in 0..spins {
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
                 learn(spins, true);
-                return Some(status);
+                waited.polls = i + 1;
+                waited.status = Some(status);
+                return waited;
             }
             // Reading the clock costs more than a poll, so check the deadline
             // only now and then.
             if i % 64 == 63 && deadline.is_some_and(|d| Instant::now() >= d) {
-                return None;
+                waited.polls = i + 1;
+                return waited;
             }
             cpu_relax();
         }
+        waited.polls = spins;
         if spins > 0 {
             learn(spins, false);
         }
@@ -178,19 +184,33 @@ impl Sleeper {
             self.status
                 .compare_exchange(PENDING, PARKED, Ordering::Relaxed, Ordering::Acquire)
         {
-            return Some(status);
+            waited.status = Some(status);
+            return waited;
         }
         loop {
+            waited.parks += 1;
             let timed_out = futex::wait(&self.status, PARKED, deadline) == Wake::TimedOut;
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
-                return Some(status);
+                waited.status = Some(status);
+                return waited;
             }
             if timed_out {
-                return None;
+                return waited;
             }
         }
     }
+}
+
+/// How a [`Sleeper::wait`] went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waited {
+    /// The delivered status, `None` if the deadline passed first.
+    pub(super) status: Option<u32>,
+    /// Polls of the status word before the result came or the owner slept.
+    pub(super) polls: u32,
+    /// `FUTEX_WAIT` calls.
+    pub(super) parks: u32,
 }
 
 /// A pointer to a queued [`Sleeper`]. Lists only hold nodes whose owners are
@@ -255,17 +275,18 @@ impl Wakeups {
         self.words.len()
     }
 
-    /// Wakes every parked sleeper. Call it with no lock held.
-    pub(super) fn wake_all(self) {
+    /// Wakes every parked sleeper. Call it with no lock held. Returns the
+    /// system calls it took.
+    pub(super) fn wake_all(self) -> usize {
         if self.words.len() >= 2 {
             // SAFETY: as below, for each word: one batched system call.
-            unsafe { crate::futex_batch::wake_all(&self.words) };
-            return;
+            return unsafe { crate::futex_batch::wake_all(&self.words) };
         }
-        for word in self.words {
+        for &word in &self.words {
             // SAFETY: `word` is only a key for FUTEX_WAKE; the node may be
             // gone, and a wake of whatever lives there now is spurious.
             unsafe { futex::wake_ptr(word, 1) };
         }
+        self.words.len()
     }
 }
