@@ -18,7 +18,7 @@
 //! needs the figure starts the measuring thread; nothing is measured in a
 //! process whose locks never wait.
 //!
-//! [`SpinTimer`] is the spinning side: it reads the clock every few polls, so
+//! `SpinTimer` (crate-private) is the spinning side: it reads the clock every few polls, so
 //! a spin loop checks its deadline without paying a clock read per poll.
 //!
 //! Under `--cfg loom` nothing is measured and every budget is one poll: loom
