@@ -38,6 +38,7 @@ impl<D: Data> LabLock<D> for PvQSpinLock<D> {
             ("early_wakes", s.early_wakes),
             ("unlock_wakes", s.unlock_wakes),
             ("head_yields", s.head_yields),
+            ("streak_yields", s.streak_yields),
         ]
     }
 

@@ -30,10 +30,15 @@
 //! `WTF::Lock`, Go's `sync.Mutex`, the kernel's own mutex, the ShflLock
 //! paper's blocking variant):
 //!
-//! 1. **Bounded barging.** An arrival that finds a queue may take a free lock
-//!    (a *steal*), but only for about a quarter of a context switch, and
-//!    never while a hand-off is pending; then it queues. The kernel's steal
-//!    loop is unbounded.
+//! 1. **Bounded barging.** An arrival that finds a queue or a pending
+//!    waiter may take a free lock (a *steal*) with one look, never while a
+//!    hand-off is pending, and otherwise queues, as the kernel's pv lock did
+//!    before its hybrid steal loop (`pv_queued_spin_steal_lock`, one
+//!    attempt); the kernel's later loop is unbounded. And a thread that has
+//!    stolen a thousand times in a row yields its CPU once, so the threads
+//!    that barge take turns on the CPUs instead of each keeping one for a
+//!    whole time slice (after the active-set rotation of Dice's Malthusian
+//!    locks and of GCR).
 //! 2. **Spinning bounded by time, measured.** A queued waiter spins for about
 //!    one context switch (`crate::spin_budget`, measured on this machine),
 //!    then sleeps. A pending waiter that has spun that long gives the pending
@@ -122,7 +127,7 @@ use super::queued::{
 };
 use crate::futex;
 use crate::relax::{cpu_relax, yield_now};
-use crate::spin_budget::{context_switch_ns, SpinTimer};
+use crate::spin_budget::SpinTimer;
 use crate::sync::{self, fence, AtomicU32, Ordering};
 use crate::thread_slot::{QNode, NODES_PER_SLOT};
 
@@ -145,11 +150,21 @@ pub const PV_HANDOFF_AFTER: Duration = Duration::from_millis(1);
 const RUNNING: u32 = 0;
 const SLEEPING: u32 = 1;
 
-/// An arrival may steal for this fraction of a context switch (point 1 of
-/// the module comment): long enough to catch a holder that is about to
-/// unlock, short enough that a thread that will not get the lock soon
-/// queues and sleeps instead of spinning.
-const STEAL_SHARE_OF_SWITCH: u64 = 4;
+/// Steals a thread may make in a row before it yields its CPU once (point 1
+/// of the module docs). A thread that keeps stealing keeps its CPU for its
+/// whole time slice, and a runnable waiter then waits out the time slices
+/// of every thread ahead of it on that CPU (measured, 64 threads on 2
+/// cores: a longest wait of 60 to 90 ms); giving the CPU away every thousand
+/// or so steals makes the threads take turns (longest wait about 3 ms) at
+/// the cost of one `sched_yield` per thousand acquisitions.
+#[cfg_attr(loom, allow(dead_code))]
+const STEAL_STREAK: u32 = 1024;
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// This thread's steals since it last yielded for [`STEAL_STREAK`].
+    static STREAK: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
 
 #[inline]
 fn handoff_after_ns() -> u64 {
@@ -321,33 +336,41 @@ impl RawPvQSpinLock {
         }
     }
 
-    /// Bounded barging: take the lock while it is free, no pending waiter is
-    /// about to take it and no hand-off is due, for a fraction of a context
-    /// switch. True if taken.
+    /// Bounded barging: one look, and the lock is ours if it is free, no
+    /// pending waiter is about to take it and no hand-off is due; else the
+    /// caller queues. A thread that has stolen [`STEAL_STREAK`] times in a
+    /// row first gives its CPU away once (see there). True if taken.
     fn steal(&self) -> bool {
-        let mut timer = SpinTimer::new(context_switch_ns() / STEAL_SHARE_OF_SWITCH);
+        // Not under loom: the streak would carry over from one explored
+        // execution to the next and make the model nondeterministic.
+        #[cfg(not(loom))]
+        if STREAK.with(|streak| {
+            let n = streak.get() + 1;
+            streak.set(if n >= STEAL_STREAK { 0 } else { n });
+            n >= STEAL_STREAK
+        }) {
+            events().streak_yields.bump();
+            yield_now();
+        }
         loop {
             let val = self.val.load(Ordering::Relaxed);
-            if val & (LOCKED_MASK | PENDING_MASK) == 0 {
-                // A full-word compare-and-swap, so a pending waiter or a
-                // HANDOFF that appears meanwhile makes it fail. Acquire: pairs
-                // with the release store in `unlock`.
-                if self
-                    .val
-                    .compare_exchange(val, val | LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    if val & TAIL_MASK != 0 {
-                        events().steals.bump();
-                    }
-                    return true;
-                }
-                continue;
-            }
-            if val & HANDOFF_VAL != 0 || timer.expired() {
+            if val & (LOCKED_MASK | PENDING_MASK) != 0 {
                 return false;
             }
-            cpu_relax();
+            // A full-word compare-and-swap, so a pending waiter or a HANDOFF
+            // that appears meanwhile makes it fail. Acquire: pairs with the
+            // release store in `unlock`.
+            if self
+                .val
+                .compare_exchange(val, val | LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                if val & TAIL_MASK != 0 {
+                    events().steals.bump();
+                }
+                return true;
+            }
+            // The tail moved: look again.
         }
     }
 

@@ -16,6 +16,7 @@ pub(super) struct Events {
     pub(super) early_wakes: EventCounter,
     pub(super) unlock_wakes: EventCounter,
     pub(super) head_yields: EventCounter,
+    pub(super) streak_yields: EventCounter,
 }
 
 impl Events {
@@ -32,10 +33,11 @@ impl Events {
             early_wakes: EventCounter::new(PV_EVENTS + 8),
             unlock_wakes: EventCounter::new(PV_EVENTS + 9),
             head_yields: EventCounter::new(PV_EVENTS + 10),
+            streak_yields: EventCounter::new(PV_EVENTS + 11),
         }
     }
 
-    fn all(&self) -> [&EventCounter; 11] {
+    fn all(&self) -> [&EventCounter; 12] {
         [
             &self.slowpath,
             &self.pending,
@@ -48,6 +50,7 @@ impl Events {
             &self.early_wakes,
             &self.unlock_wakes,
             &self.head_yields,
+            &self.streak_yields,
         ]
     }
 }
@@ -95,6 +98,8 @@ pub struct PvStats {
     pub unlock_wakes: u64,
     /// Times a queue head yielded its CPU while it waited.
     pub head_yields: u64,
+    /// Times a thread yielded its CPU after a streak of steals.
+    pub streak_yields: u64,
 }
 
 impl PvStats {
@@ -127,6 +132,7 @@ impl PvStats {
             early_wakes: self.early_wakes - earlier.early_wakes,
             unlock_wakes: self.unlock_wakes - earlier.unlock_wakes,
             head_yields: self.head_yields - earlier.head_yields,
+            streak_yields: self.streak_yields - earlier.streak_yields,
         }
     }
 }
@@ -146,6 +152,7 @@ pub fn pv_stats() -> PvStats {
         early_wakes: e.early_wakes.get(),
         unlock_wakes: e.unlock_wakes.get(),
         head_yields: e.head_yields.get(),
+        streak_yields: e.streak_yields.get(),
     }
 }
 
