@@ -83,6 +83,8 @@ pub struct SpinResult {
     /// The lock's statistics over the run, for a lock that keeps them
     /// (a `+stat` entry).
     pub lock_stats: Option<LockStatSnapshot>,
+    /// The lock's own event counters over the run (`LabLock::lock_events`).
+    pub events: Vec<(&'static str, u64)>,
 }
 
 impl SpinResult {
@@ -181,6 +183,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
             .collect();
         // The workers wait at the start line: the lock is idle.
         lock.reset_lock_stats();
+        lock.reset_lock_events();
         start_line.wait();
         let scale = TickScale::start();
         let start = scale.started();
@@ -211,6 +214,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
     let end = Instant::now();
     // Before the check below takes the lock once more.
     let lock_stats = lock.lock_stats();
+    let events = lock.lock_events();
     let ns_per_tick = scale.ns_per_tick();
     let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
     let ops = per_thread.iter().sum();
@@ -252,6 +256,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
             .then(|| Duration::from_nanos((longest as f64 * ns_per_tick) as u64)),
         first_done,
         lock_stats,
+        events,
     }
 }
 
