@@ -63,7 +63,8 @@ enum Command {
     /// beside its peers, ending with one summary table (about a minute).
     Compare(compare::Args),
     /// Waiman Long's spinlock micro-benchmark (unfair qspinlock v10, LKML, May 2014):
-    /// N threads, fixed rounds each, elapsed ms.
+    /// N threads, fixed rounds each, elapsed ms. A lock whose threads are still
+    /// inside it 60 s after the run ended is reported stuck (exit status 3).
     Spin(spin::Args),
     /// Uncontended lock + unlock cost of each lock, in nanoseconds.
     Uncontended(uncontended::Args),

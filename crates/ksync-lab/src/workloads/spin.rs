@@ -113,6 +113,32 @@ struct Finish {
     all_done: Condvar,
 }
 
+/// How long the workers may take to finish once they have been told to stop
+/// (or have finished their rounds) before the lab calls the lock stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+impl Finish {
+    /// Waits until all `threads` workers finished; a lock that deadlocks or
+    /// livelocks would otherwise hang the lab forever, so after
+    /// [`STUCK_AFTER`] it says so and exits the process (status 3).
+    fn wait_or_abort(&self, threads: usize) {
+        let n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, wait) = self
+            .all_done
+            .wait_timeout_while(n, STUCK_AFTER, |n| *n < threads)
+            .unwrap_or_else(|e| e.into_inner());
+        if wait.timed_out() {
+            eprintln!(
+                "ksync-lab: {} of {threads} threads still inside the lock {} s after they were \
+                 told to stop: the lock under test is stuck (deadlocked or livelocked); aborting",
+                threads - *n,
+                STUCK_AFTER.as_secs()
+            );
+            std::process::exit(3);
+        }
+    }
+}
+
 fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
     let lock = super::Aligned(L::new());
     let lock = &lock.0;
@@ -205,6 +231,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
                 }
             }
         }
+        finish.wait_or_abort(threads);
         let outcomes: Vec<(u64, u64, Instant, Instant)> = workers
             .into_iter()
             .map(|w| w.join().expect("benchmark thread panicked"))
