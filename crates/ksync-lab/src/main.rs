@@ -41,10 +41,6 @@ use std::process::ExitCode;
                   $KSYNC_LAB_RESULTS, or ./lab-results outside a workspace); an absolute path is used as given."
 )]
 struct Cli {
-    /// Relaxes a paravirt qspinlock waiter spins before it sleeps (the
-    /// kernel's SPIN_THRESHOLD); default ksync's.
-    #[arg(long, global = true)]
-    pv_spin_threshold: Option<u32>,
     /// Write every run's raw figures and the machine to this JSON file.
     #[arg(long, global = true, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -67,7 +63,8 @@ enum Command {
     /// beside its peers, ending with one summary table (about a minute).
     Compare(compare::Args),
     /// Waiman Long's spinlock micro-benchmark (unfair qspinlock v10, LKML, May 2014):
-    /// N threads, fixed rounds each, elapsed ms.
+    /// N threads, fixed rounds each, elapsed ms. A lock whose threads are still
+    /// inside it 60 s after the run ended is reported stuck (exit status 3).
     Spin(spin::Args),
     /// Uncontended lock + unlock cost of each lock, in nanoseconds.
     Uncontended(uncontended::Args),
@@ -98,9 +95,6 @@ fn main() -> ExitCode {
     if cli.command.is_none() {
         // No subcommand: `compare` with its defaults, keeping the global options.
         cli = Cli::parse_from(std::env::args_os().chain([std::ffi::OsString::from("compare")]));
-    }
-    if let Some(spins) = cli.pv_spin_threshold {
-        ksync::spin::set_pv_spin_threshold(spins);
     }
     let outputs = Outputs {
         json: cli.json.clone(),

@@ -204,7 +204,7 @@ fn spin_loops_mode_reports_elapsed_ms_and_waits() {
         "elapsed ms",
         "longest wait us",
         "Waiman Long's table (unfair qspinlock v10, LKML, May 2014), lock embedded",
-        "pv-qspin lock events",
+        "pv-qspin events per 1000 acquisitions",
     ] {
         assert!(text.contains(needle), "missing {needle}:\n{text}");
     }

@@ -18,11 +18,12 @@
 //! needs the figure starts the measuring thread; nothing is measured in a
 //! process whose locks never wait.
 //!
-//! [`SpinTimer`] is the spinning side: it reads the clock every few polls, so
+//! `SpinTimer` (crate-private) is the spinning side: it reads the clock every few polls, so
 //! a spin loop checks its deadline without paying a clock read per poll.
 //!
-//! Under `--cfg loom` nothing is measured and every budget is one poll: loom
-//! cares which interleavings a spin allows, not how long it lasts.
+//! Under `--cfg loom` nothing is measured and every budget is spent at its
+//! first check, so a spin loop polls once: loom cares which interleavings a
+//! spin allows, not how long it lasts.
 
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -168,10 +169,10 @@ pub(crate) struct SpinTimer {
 }
 
 impl SpinTimer {
-    /// Polls between two clock reads: a clock read costs about as much as a
-    /// few dozen polls of a cached word.
+    /// Polls between two clock reads after the first: a clock read costs
+    /// about as much as a few polls of a cached word.
     #[cfg_attr(loom, allow(dead_code))]
-    const CHECK_EVERY: u32 = 32;
+    const CHECK_EVERY: u32 = 8;
 
     /// A timer for `budget_ns`; the clock is first read at the first check,
     /// so a wait that ends at once never reads it.
@@ -194,24 +195,24 @@ impl SpinTimer {
         SpinTimer::new(context_switch_ns())
     }
 
-    /// Counts one poll; true once the budget is spent.
+    /// Counts one poll; true once the budget is spent. The first call starts
+    /// the clock; later calls read it every [`CHECK_EVERY`](Self::CHECK_EVERY)
+    /// polls.
     #[inline]
     pub(crate) fn expired(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
         #[cfg(loom)]
-        return self.polls > 1;
+        return true;
         #[cfg(not(loom))]
         {
-            if !self.polls.is_multiple_of(Self::CHECK_EVERY) {
-                return false;
-            }
-            let now = Instant::now();
             match self.deadline {
                 None => {
-                    self.deadline = Some(now + Duration::from_nanos(self.budget_ns));
+                    self.deadline = Some(Instant::now() + Duration::from_nanos(self.budget_ns));
                     false
                 }
-                Some(deadline) => now >= deadline,
+                Some(deadline) => {
+                    self.polls.is_multiple_of(Self::CHECK_EVERY) && Instant::now() >= deadline
+                }
             }
         }
     }
@@ -229,7 +230,6 @@ mod tests {
         while !timer.expired() {
             polls += 1;
         }
-        // The deadline is set at the first check, CHECK_EVERY polls in.
         assert!(start.elapsed() >= Duration::from_millis(2));
         assert!(polls >= u64::from(SpinTimer::CHECK_EVERY));
     }

@@ -115,36 +115,17 @@ pub(crate) fn store_low_u16(word: &AtomicU32, value: u16, order: Ordering) {
 // Each is one instruction on the targets `SUBWORD_STORES` admits, and an
 // equivalent full-word compare-and-swap loop everywhere else, and under loom.
 
-/// Bits 0..8 of `word` as an `AtomicU8` (the `locked` byte).
-#[cfg(all(not(loom), feature = "std"))]
-#[inline(always)]
-fn byte0(word: &AtomicU32) -> &core::sync::atomic::AtomicU8 {
-    // SAFETY: as in `store_low_u8`: `AtomicU32` has the size and alignment of
-    // `u32`, so its first byte (the least significant on the little-endian
-    // targets `SUBWORD_STORES` admits, the only ones that call this) is a
-    // valid, aligned `AtomicU8` for as long as `word` is borrowed. x86 and
-    // AArch64 keep a byte-sized atomic access and a full-word one to the same
-    // word coherent and atomic with respect to each other.
-    unsafe { &*(word.as_ptr() as *const core::sync::atomic::AtomicU8) }
-}
-
 /// Bits 8..16 of `word` as an `AtomicU8` (the `pending` byte).
 #[cfg(all(not(loom), feature = "std"))]
 #[inline(always)]
 fn byte1(word: &AtomicU32) -> &core::sync::atomic::AtomicU8 {
-    // SAFETY: as in `byte0`, for the second byte, which holds bits 8..16 on a
-    // little-endian target; one byte past an aligned `u32`'s start is inside
-    // it, and a byte needs no further alignment.
+    // SAFETY: `AtomicU32` has the size and alignment of `u32`; its second
+    // byte holds bits 8..16 on the little-endian targets `SUBWORD_STORES`
+    // admits (the only ones that call this), lies inside the word, and needs
+    // no further alignment. x86 and AArch64 keep a byte-sized atomic access
+    // and a full-word one to the same word coherent and atomic with respect
+    // to each other.
     unsafe { &*((word.as_ptr() as *const u8).add(1) as *const core::sync::atomic::AtomicU8) }
-}
-
-/// Bits 0..16 of `word` as an `AtomicU16` (`locked` and `pending`).
-#[cfg(all(not(loom), feature = "std"))]
-#[inline(always)]
-fn half0(word: &AtomicU32) -> &core::sync::atomic::AtomicU16 {
-    // SAFETY: as in `store_low_u16`: the low half of an aligned `AtomicU32` is
-    // an aligned `AtomicU16` on these little-endian targets.
-    unsafe { &*(word.as_ptr() as *const core::sync::atomic::AtomicU16) }
 }
 
 /// Bits 16..32 of `word` as an `AtomicU16` (the tail).
@@ -162,8 +143,8 @@ fn half1(word: &AtomicU32) -> &core::sync::atomic::AtomicU16 {
 /// Stores `value` into bits 8..16 of `word`, leaving the other bits untouched.
 ///
 /// Same contract as [`store_low_u8`]: only the owner of those bits (the
-/// queued spinlock's pending waiter, or its paravirt queue head) writes them
-/// with a plain store; others may RMW the word concurrently.
+/// queued spinlock's pending waiter) writes them with a plain store; others
+/// may RMW the word concurrently.
 #[cfg(any(feature = "std", loom))]
 #[inline(always)]
 pub(crate) fn store_byte1(word: &AtomicU32, value: u8, order: Ordering) {
@@ -175,22 +156,6 @@ pub(crate) fn store_byte1(word: &AtomicU32, value: u8, order: Ordering) {
     let _ = word.fetch_update(order, Ordering::Relaxed, |w| {
         Some((w & !0xff00) | (u32::from(value) << 8))
     });
-}
-
-/// Atomically swaps bits 0..8 of `word` with `value`; returns the old byte.
-#[cfg(any(feature = "std", loom))]
-#[inline(always)]
-pub(crate) fn swap_low_u8(word: &AtomicU32, value: u8, order: Ordering) -> u8 {
-    #[cfg(not(loom))]
-    if SUBWORD_STORES {
-        return byte0(word).swap(value, order);
-    }
-    let old = word
-        .fetch_update(order, Ordering::Relaxed, |w| {
-            Some((w & !0xff) | u32::from(value))
-        })
-        .unwrap_or_else(|w| w);
-    old as u8
 }
 
 /// Atomically swaps bits 16..32 of `word` with `value`; returns the old half.
@@ -207,51 +172,6 @@ pub(crate) fn swap_high_u16(word: &AtomicU32, value: u16, order: Ordering) -> u1
         })
         .unwrap_or_else(|w| w);
     (old >> 16) as u16
-}
-
-/// Compare-and-swap on bits 0..8 of `word`: `Ok(old)` if they were `current`
-/// and are now `new`, else `Err(what they were)`. Never fails spuriously, and
-/// a change to the other bits alone never makes it fail.
-#[cfg(any(feature = "std", loom))]
-#[inline(always)]
-pub(crate) fn compare_exchange_low_u8(
-    word: &AtomicU32,
-    current: u8,
-    new: u8,
-    success: Ordering,
-    failure: Ordering,
-) -> Result<u8, u8> {
-    #[cfg(not(loom))]
-    if SUBWORD_STORES {
-        return byte0(word).compare_exchange(current, new, success, failure);
-    }
-    word.fetch_update(success, failure, |w| {
-        (w as u8 == current).then_some((w & !0xff) | u32::from(new))
-    })
-    .map(|w| w as u8)
-    .map_err(|w| w as u8)
-}
-
-/// Compare-and-swap on bits 0..16 of `word`, with the guarantees of
-/// [`compare_exchange_low_u8`].
-#[cfg(any(feature = "std", loom))]
-#[inline(always)]
-pub(crate) fn compare_exchange_low_u16(
-    word: &AtomicU32,
-    current: u16,
-    new: u16,
-    success: Ordering,
-    failure: Ordering,
-) -> Result<u16, u16> {
-    #[cfg(not(loom))]
-    if SUBWORD_STORES {
-        return half0(word).compare_exchange(current, new, success, failure);
-    }
-    word.fetch_update(success, failure, |w| {
-        (w as u16 == current).then_some((w & !0xffff) | u32::from(new))
-    })
-    .map(|w| w as u16)
-    .map_err(|w| w as u16)
 }
 
 /// A compiler-only barrier: keeps the compiler from moving this thread's

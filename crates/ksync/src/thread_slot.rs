@@ -29,12 +29,17 @@
 //! Under loom the table is a per-execution `lazy_static` with a few slots, so
 //! every model run starts from fresh nodes.
 
-use crate::sync::{AtomicPtr, AtomicU32};
+use crate::sync::{unmodelled, AtomicPtr, AtomicU32};
 #[cfg(not(loom))]
 use crate::sync::{AtomicU64, Ordering};
 
 /// Nodes per slot: the kernel's `_Q_MAX_NODES`.
 pub(crate) const NODES_PER_SLOT: usize = 4;
+
+/// Slow-path event counters per slot (`crate::spin::events`): each thread
+/// counts into its own slot, the way the kernel's lock events are per CPU,
+/// so counting never moves a shared cache line between CPUs.
+pub(crate) const EVENTS_PER_SLOT: usize = 24;
 
 /// How many threads can hold a slot at once: the 14-bit tail field holds
 /// slot + 1, so slots are `0..16383`.
@@ -93,6 +98,12 @@ pub(crate) struct SlotBlock {
     /// How many of `nodes` the owning thread is using now. Only the owner
     /// reads or writes it (relaxed); it is an atomic only so the block can be shared.
     pub(crate) nesting: AtomicU32,
+    /// The owning thread's slow-path event counts. Only the owner writes them
+    /// (a relaxed load and store); readers sum every slot's. They outlive
+    /// the thread with the slot, so totals keep what exited threads counted.
+    /// (Under loom the counters are plain globals: `spin::events`.)
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) events: [unmodelled::AtomicU64; EVENTS_PER_SLOT],
 }
 
 impl SlotBlock {
@@ -101,6 +112,7 @@ impl SlotBlock {
         SlotBlock {
             nodes: [const { QNode::new() }; NODES_PER_SLOT],
             nesting: AtomicU32::new(0),
+            events: [const { unmodelled::AtomicU64::new(0) }; EVENTS_PER_SLOT],
         }
     }
 
@@ -109,6 +121,7 @@ impl SlotBlock {
         SlotBlock {
             nodes: [QNode::new(), QNode::new(), QNode::new(), QNode::new()],
             nesting: AtomicU32::new(0),
+            events: [const { unmodelled::AtomicU64::new(0) }; EVENTS_PER_SLOT],
         }
     }
 }
@@ -167,6 +180,13 @@ loom::thread_local! {
 #[inline]
 pub(crate) fn block(index: u32) -> &'static SlotBlock {
     table::block(index)
+}
+
+/// Calls `f` with every slot block that exists (every slot some thread has
+/// held), for summing per-slot counters.
+#[cfg(not(loom))]
+pub(crate) fn for_each_block(f: impl FnMut(&'static SlotBlock)) {
+    table::for_each_block(f)
 }
 
 #[cfg(not(loom))]
@@ -243,6 +263,18 @@ mod table {
             // SAFETY: `fresh` came from `Box::into_raw` just above and lost the
             // race, so no other thread ever saw it.
             drop(unsafe { Box::from_raw(fresh) });
+        }
+    }
+
+    pub(super) fn for_each_block(mut f: impl FnMut(&'static SlotBlock)) {
+        for entry in &CHUNKS_TABLE {
+            // Pairs with the release half of the compare-and-swap that
+            // published the chunk in `ensure_chunk`.
+            let chunk = entry.load(Ordering::Acquire);
+            // SAFETY: chunks are published once and never freed.
+            if let Some(chunk) = unsafe { chunk.as_ref() } {
+                chunk.iter().for_each(&mut f);
+            }
         }
     }
 

@@ -3,6 +3,8 @@
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 
+mod common;
+
 #[path = "loom/combining.rs"]
 mod combining;
 #[path = "loom/exclusion.rs"]

@@ -122,7 +122,6 @@ pub fn measure_spin_stats(
     let label = format!("{experiment} {} threads: {}", cfg.threads, lock.name);
     let mut last_stats = None;
     let measured = lab.measure(&label, || {
-        ksync::spin::reset_pv_stats();
         let r = lock.dispatch(SpinLoop(cfg));
         let (min_share, max_share) = r.share_range();
         let mut rec = Record::new(
@@ -164,14 +163,9 @@ pub fn measure_spin_stats(
         if let Some(w) = r.longest_wait {
             rec = rec.metric("longest_wait_us", w.as_secs_f64() * 1e6);
         }
-        if lock.name == "pv-qspin" {
-            let s = ksync::spin::pv_stats();
-            let per_kop = |n: u64| n as f64 * 1000.0 / r.ops.max(1) as f64;
-            rec = rec
-                .metric("pv_slowpath_per_kop", per_kop(s.slowpath))
-                .metric("pv_steals_per_kop", per_kop(s.steals()))
-                .metric("pv_halts_per_kop", per_kop(s.halts()))
-                .metric("pv_kicks_per_kop", per_kop(s.kick_unlock));
+        for (name, count) in &r.events {
+            let per_kop = *count as f64 * 1000.0 / r.ops.max(1) as f64;
+            rec = rec.metric(&format!("{EVENT_PREFIX}{name}"), per_kop);
         }
         last_stats = r.lock_stats;
         if let Some(s) = &r.lock_stats {
@@ -180,6 +174,34 @@ pub fn measure_spin_stats(
         rec
     });
     (measured, last_stats)
+}
+
+/// Prefix of the metrics that hold a lock's own events per 1000
+/// acquisitions (`ev_steals`: steals per 1000 acquisitions).
+pub const EVENT_PREFIX: &str = "ev_";
+
+/// One line per lock that counts its own events: each event per 1000
+/// acquisitions (the median over repeats).
+pub fn event_lines(points: &[Measured]) -> Vec<String> {
+    points
+        .iter()
+        .filter_map(|p| {
+            let events: Vec<String> = p
+                .record
+                .metrics
+                .keys()
+                .filter_map(|k| k.strip_prefix(EVENT_PREFIX).map(|name| (k, name)))
+                .map(|(k, name)| format!("{name} {:.1}", p.get(k)))
+                .collect();
+            (!events.is_empty()).then(|| {
+                format!(
+                    "{} events per 1000 acquisitions: {}",
+                    p.record.lock,
+                    events.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// The best peer's point by `ops_per_s`.
@@ -250,14 +272,8 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
         });
         table.row(row);
     }
-    for p in points.iter().filter(|p| p.record.lock == "pv-qspin") {
-        table.note(format!(
-            "pv-qspin lock events per 1000 acquisitions: slowpath {:.1}, steals {:.1}, halts {:.1}, unlock kicks {:.1}",
-            p.get("pv_slowpath_per_kop"),
-            p.get("pv_steals_per_kop"),
-            p.get("pv_halts_per_kop"),
-            p.get("pv_kicks_per_kop"),
-        ));
+    for line in event_lines(points) {
+        table.note(line);
     }
     table
 }

@@ -83,6 +83,8 @@ pub struct SpinResult {
     /// The lock's statistics over the run, for a lock that keeps them
     /// (a `+stat` entry).
     pub lock_stats: Option<LockStatSnapshot>,
+    /// The lock's own event counters over the run (`LabLock::lock_events`).
+    pub events: Vec<(&'static str, u64)>,
 }
 
 impl SpinResult {
@@ -109,6 +111,32 @@ pub fn spin<K: LockKind>(cfg: &SpinConfig) -> SpinResult {
 struct Finish {
     count: Mutex<usize>,
     all_done: Condvar,
+}
+
+/// How long the workers may take to finish once they have been told to stop
+/// (or have finished their rounds) before the lab calls the lock stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+impl Finish {
+    /// Waits until all `threads` workers finished; a lock that deadlocks or
+    /// livelocks would otherwise hang the lab forever, so after
+    /// [`STUCK_AFTER`] it says so and exits the process (status 3).
+    fn wait_or_abort(&self, threads: usize) {
+        let n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, wait) = self
+            .all_done
+            .wait_timeout_while(n, STUCK_AFTER, |n| *n < threads)
+            .unwrap_or_else(|e| e.into_inner());
+        if wait.timed_out() {
+            eprintln!(
+                "ksync-lab: {} of {threads} threads still inside the lock {} s after they were \
+                 told to stop: the lock under test is stuck (deadlocked or livelocked); aborting",
+                threads - *n,
+                STUCK_AFTER.as_secs()
+            );
+            std::process::exit(3);
+        }
+    }
 }
 
 fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
@@ -181,6 +209,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
             .collect();
         // The workers wait at the start line: the lock is idle.
         lock.reset_lock_stats();
+        lock.reset_lock_events();
         start_line.wait();
         let scale = TickScale::start();
         let start = scale.started();
@@ -202,6 +231,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
                 }
             }
         }
+        finish.wait_or_abort(threads);
         let outcomes: Vec<(u64, u64, Instant, Instant)> = workers
             .into_iter()
             .map(|w| w.join().expect("benchmark thread panicked"))
@@ -211,6 +241,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
     let end = Instant::now();
     // Before the check below takes the lock once more.
     let lock_stats = lock.lock_stats();
+    let events = lock.lock_events();
     let ns_per_tick = scale.ns_per_tick();
     let per_thread: Vec<u64> = outcomes.iter().map(|o| o.0).collect();
     let ops = per_thread.iter().sum();
@@ -252,6 +283,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
             .then(|| Duration::from_nanos((longest as f64 * ns_per_tick) as u64)),
         first_done,
         lock_stats,
+        events,
     }
 }
 

@@ -7,8 +7,8 @@
 //! | [`McsLock`] + [`McsNode`] | 1 pointer, caller-owned nodes (`no_std`) | FIFO | collapses like the ticket lock |
 //! | `RawMcsLock` (`std`) | 1 pointer, per-thread nodes | FIFO | collapses like the ticket lock |
 //! | `RawQSpinLock` (`std`) | 4 bytes | FIFO after the pending waiter | collapses like the ticket lock |
-//! | `RawPvQSpinLock` (`std`) | 4 bytes | mostly; arrivals may steal from a sleeping head | sleeps instead of spinning |
-//! | `RawCombiningLock` / `CombiningMutex` (`std`) | 2 pointers | publication order, bounded barging | the holder runs waiters' critical sections; a preempted waiter costs nothing |
+//! | `RawPvQSpinLock` (`std`) | 4 bytes | bounded barging, hand-off to a head that waited 1 ms | queued waiters sleep; the head never does, so unlock is one store |
+//! | `RawCombiningLock` / `CombiningMutex` (`std`) | 2 pointers and counters | bounded barging, then publication order | the holder runs waiters' critical sections; a preempted waiter still gets its done |
 //!
 //! The queued spinlocks and `RawMcsLock` find per-thread queue nodes through a
 //! thread-local, so they need the `std` feature; the others work in `no_std`.

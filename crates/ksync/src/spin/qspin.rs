@@ -73,7 +73,7 @@
 
 use core::ptr;
 
-use super::events::{event_set, EventCounter};
+use super::events::{event_set, EventCounter, QSPIN_EVENTS};
 use super::queued::{
     decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, NodeLease, LOCKED_MASK,
     LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
@@ -97,10 +97,14 @@ struct Events {
 impl Events {
     const fn new() -> Self {
         Events {
-            pending: EventCounter::new(),
-            slowpath: EventCounter::new(),
-            use_node: [const { EventCounter::new() }; NODES_PER_SLOT - 1],
-            no_node: EventCounter::new(),
+            pending: EventCounter::new(QSPIN_EVENTS),
+            slowpath: EventCounter::new(QSPIN_EVENTS + 1),
+            use_node: [
+                EventCounter::new(QSPIN_EVENTS + 2),
+                EventCounter::new(QSPIN_EVENTS + 3),
+                EventCounter::new(QSPIN_EVENTS + 4),
+            ],
+            no_node: EventCounter::new(QSPIN_EVENTS + 5),
         }
     }
 }
@@ -176,7 +180,7 @@ fn count_queued(depth: u32) {
 /// the middle of taking the lock, before it gives up and queues
 /// (`_Q_PENDING_LOOPS`: the kernel uses 512 on x86 and 1 elsewhere;
 /// 1 under loom).
-const PENDING_LOOPS: u32 = if cfg!(loom) {
+pub(super) const PENDING_LOOPS: u32 = if cfg!(loom) {
     1
 } else if cfg!(any(target_arch = "x86", target_arch = "x86_64")) {
     1 << 9

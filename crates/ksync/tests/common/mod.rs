@@ -22,3 +22,23 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_micros(200));
     }
 }
+
+/// The payload of a test's deliberate panic (a closure that panics on
+/// purpose, thousands of times); [`quiet_deliberate_panics`] keeps the panic
+/// hook from printing those, and only those.
+pub struct Deliberate(pub u32);
+
+/// Installs, once per process, a panic hook that stays quiet about
+/// [`Deliberate`] panics and reports every other panic as the default hook
+/// does (so a real failure in a test running alongside still shows).
+pub fn quiet_deliberate_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<Deliberate>().is_none() {
+                default(info);
+            }
+        }));
+    });
+}

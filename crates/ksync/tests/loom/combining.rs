@@ -14,6 +14,8 @@ use ksync::spin::{CombiningMutex, CombiningStats, RawCombiningLock};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
+
+use crate::common::{quiet_deliberate_panics, Deliberate};
 use std::sync::Mutex as StdMutex;
 
 type Counter = CombiningMutex<UnsafeCell<usize>>;
@@ -118,22 +120,6 @@ fn combining_guard_and_closures() {
 fn combining_raw_lock_exclusion() {
     increments(RawCombiningLock::new, 2, false);
     increments(RawCombiningLock::new, 3, false);
-}
-
-/// The payload of the model's deliberate panic, which the panic hook keeps
-/// quiet about (loom explores it hundreds of times).
-struct Deliberate(u32);
-
-fn quiet_deliberate_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<Deliberate>().is_none() {
-                default(info);
-            }
-        }));
-    });
 }
 
 /// A closure that panics while another thread runs it: the panic reaches

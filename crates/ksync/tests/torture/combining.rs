@@ -11,6 +11,7 @@ use lock_api::RawMutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::common::{quiet_deliberate_panics, Deliberate};
 use crate::exclusion::{self, assert_excludes, hammer_with, Exclusive};
 
 /// The closure path: every critical section goes through `with`.
@@ -125,22 +126,6 @@ fn no_exclusion_is_caught() {
     panic!("the check never caught closures run without exclusion");
 }
 
-/// The payload of the deliberate panics, which the panic hook keeps quiet
-/// about (thousands of them); every other panic is reported as usual.
-struct Deliberate;
-
-fn quiet_deliberate_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<Deliberate>().is_none() {
-                default(info);
-            }
-        }));
-    });
-}
-
 /// Every 7th closure panics (after its increment); its owner catches the
 /// panic, the others' closures keep being combined, and the count is exact.
 #[test]
@@ -160,7 +145,7 @@ fn panicking_closures_among_combined_ones() {
                         lock.with(|v| {
                             *v += 1;
                             if (t * ITERS + i).is_multiple_of(7) {
-                                std::panic::panic_any(Deliberate);
+                                std::panic::panic_any(Deliberate(0));
                             }
                         })
                     }));

@@ -1,15 +1,16 @@
 //! Torture for `RawPvQSpinLock`: the exclusion check at 2, 8 and 64 threads,
 //! `try_lock` against `lock`, guards dropped by a panic, threads that hold
-//! several locks while others queue on each, and a run with a tiny spin
-//! threshold so that waiters sleep, get hashed and get kicked constantly.
+//! several locks while others queue on each, and a run with critical
+//! sections longer than a context switch, so that queued waiters sleep, heads
+//! raise the hand-off and successors are woken all the time.
 //!
 //! With 64 threads on a small machine waiters sleep instead of stalling the
 //! queue, so the oversubscribed run can do real work.
 
-use ksync::spin::{pv_stats, set_pv_spin_threshold, RawPvQSpinLock};
+use ksync::spin::{pv_stats, RawPvQSpinLock};
 use lock_api::RawMutex;
 
-use crate::exclusion::{self, assert_excludes, hammer};
+use crate::exclusion::{self, assert_excludes};
 
 #[test]
 fn two_threads() {
@@ -41,27 +42,33 @@ fn threads_holding_several_locks() {
     exclusion::threads_holding_several_locks::<RawPvQSpinLock>(6, 2_000);
 }
 
-/// Waiters that sleep almost at once: every hand-over goes through the
-/// halt / hash / kick paths and arrivals steal from sleeping heads. The
-/// threshold is global, so other tests in this binary running now sleep
-/// sooner too, which they must survive anyway. The counters are global
-/// as well, so they are printed, not asserted.
+/// Critical sections of about 20 us, far longer than a waiter's spin budget
+/// (one context switch): every queued waiter sleeps, heads wait past the
+/// hand-off bound, and successors are woken early or at unlock. The exclusion
+/// check must still hold, and the sleeping and waking paths must have run.
 #[test]
-fn sleeping_waiters_with_a_tiny_spin_threshold() {
+fn waiters_sleep_behind_slow_holders() {
     let before = pv_stats();
-    set_pv_spin_threshold(4);
-    let report = hammer(RawPvQSpinLock::INIT, 16, 5_000);
-    set_pv_spin_threshold(ksync::spin::DEFAULT_PV_SPIN_THRESHOLD);
+    let report = exclusion::hammer_with(SlowHolder(RawPvQSpinLock::INIT), 16, 300);
     assert!(report.is_exact(), "{report:?}");
-    let after = pv_stats();
-    eprintln!(
-        "pv, 16 threads, threshold 4: {} steals, {} halts ({} early, {} heads), {} kicks, {} hashed successors, {} spurious",
-        after.steals() - before.steals(),
-        after.halts() - before.halts(),
-        after.wait_early - before.wait_early,
-        after.wait_head - before.wait_head,
-        after.wakes() - before.wakes(),
-        after.hash_next - before.hash_next,
-        after.spurious_wakeups() - before.spurious_wakeups(),
-    );
+    let seen = pv_stats().since(&before);
+    eprintln!("pv, 16 threads, 20 us critical sections: {seen:?}");
+    assert!(seen.sleeps > 0, "no waiter slept: {seen:?}");
+    assert!(seen.wakes() > 0, "nobody was woken: {seen:?}");
+}
+
+/// A raw lock whose critical sections also spin about 20 us.
+struct SlowHolder(RawPvQSpinLock);
+
+impl exclusion::Exclusive for SlowHolder {
+    fn critical(&self, section: impl FnOnce() + Send) {
+        let guard = self.0.lock();
+        section();
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_micros(20) {
+            std::hint::spin_loop();
+        }
+        // SAFETY: `guard` came from `lock()` on this lock just above.
+        unsafe { self.0.unlock(guard) };
+    }
 }

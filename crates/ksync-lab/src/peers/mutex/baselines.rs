@@ -32,7 +32,7 @@ impl<D: Data> LabLock<D> for CasFloor<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         // Acquire pairs with the release store that dropped the lock.
         while self
             .word
@@ -69,7 +69,7 @@ impl<D: Data> LabLock<D> for BustedLock<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut D::default())
     }
 }

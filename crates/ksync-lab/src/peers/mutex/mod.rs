@@ -50,8 +50,9 @@ impl Data for Apart {
 pub trait LabLock<D: Data>: Send + Sync + 'static {
     /// A new, unlocked lock around `D::default()`.
     fn new() -> Self;
-    /// Runs `f` on the protected data with the lock held.
-    fn with<R>(&self, f: impl FnOnce(&mut D) -> R) -> R;
+    /// Runs `f` on the protected data with the lock held. `f` and its result
+    /// are `Send` because a combining lock may run `f` on another thread.
+    fn with<R: Send>(&self, f: impl FnOnce(&mut D) -> R + Send) -> R;
     /// The lock's statistics, for a lock that keeps them ([`StatApi`]).
     fn lock_stats(&self) -> Option<LockStatSnapshot> {
         None
@@ -59,6 +60,15 @@ pub trait LabLock<D: Data>: Send + Sync + 'static {
     /// Zeroes the statistics and restarts their window; call it while the
     /// lock is idle. Nothing for a lock without statistics.
     fn reset_lock_stats(&self) {}
+    /// The lock's own event counters since [`reset_lock_events`]
+    /// (`Self::reset_lock_events`), by name: what its slow paths did (steals,
+    /// sleeps, hand-offs, closures combined...). Empty for a lock without
+    /// counters.
+    fn lock_events(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+    /// Restarts the event counters' window; call it while the lock is idle.
+    fn reset_lock_events(&self) {}
 }
 
 /// A lock type for every data layout.
@@ -85,12 +95,14 @@ macro_rules! kind {
 }
 
 mod baselines;
+mod ksync_locks;
 mod pthread;
 mod raw_mutex;
 pub mod registry;
 mod rust_peers;
 
 pub use baselines::{Busted, Cas};
+pub use ksync_locks::{Combining, PvQSpin};
 pub use pthread::{Pthread, PthreadSpin};
 pub use raw_mutex::{Api, StatApi};
 pub use rust_peers::{SpinCrate, SpinCrateTicket, Std};

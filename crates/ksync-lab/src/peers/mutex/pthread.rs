@@ -35,7 +35,7 @@ impl<D: Data> LabLock<D> for PthreadMutex<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         // SAFETY: `raw` is an initialised mutex at a stable address; lock and
         // unlock are paired on this thread, and `value` is only touched between them.
         unsafe {
@@ -82,7 +82,7 @@ impl<D: Data> LabLock<D> for PthreadSpinLock<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         // SAFETY: as for `PthreadMutex::with`.
         unsafe {
             libc::pthread_spin_lock(self.0.raw.get());

@@ -22,7 +22,7 @@ where
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut self.lock())
     }
 }
@@ -50,7 +50,7 @@ where
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut self.0.lock())
     }
 

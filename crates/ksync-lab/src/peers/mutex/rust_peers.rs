@@ -14,7 +14,7 @@ impl<D: Data> LabLock<D> for std::sync::Mutex<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut self
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -33,7 +33,7 @@ impl<D: Data> LabLock<D> for spin::mutex::SpinMutex<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut self.lock())
     }
 }
@@ -50,7 +50,7 @@ impl<D: Data> LabLock<D> for spin::mutex::TicketMutex<D> {
     }
 
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut D) -> T) -> T {
+    fn with<T: Send>(&self, f: impl FnOnce(&mut D) -> T + Send) -> T {
         f(&mut self.lock())
     }
 }

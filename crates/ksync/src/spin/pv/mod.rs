@@ -1,217 +1,188 @@
-//! The kernel's paravirt queued spinlock, for threads that outnumber cores:
-//! `kernel/locking/qspinlock_paravirt.h` (`pv_wait_node()`, `pv_kick_node()`,
-//! `pv_wait_head_or_lock()`, `__pv_queued_spin_unlock_slowpath()`,
-//! `pv_hybrid_queued_unfair_trylock()`) on top of the native slow path's
-//! queue: the word and queue-node contract of `queued.rs`, which the native
-//! lock (`qspin.rs`) uses too.
+//! The paravirt queued spinlock, reworked for threads that outnumber cores.
 //!
 //! Needs `std` (per-thread queue nodes, futex sleeping), so it is not built
 //! with `--no-default-features`.
 //!
-//! # The problem
+//! # The problem, and why the kernel's answer does not carry over
 //!
-//! A fair queue spinlock hands the lock to a particular thread. When that
-//! thread is preempted everyone behind it spins until the scheduler runs it
-//! again (Waiman Long, "[PATCH v10 13/19] unfair qspinlock: Enable lock
-//! stealing in lock waiters", LKML and xen-devel, May 2014). The paravirt
-//! lock fixes both halves: waiters stop spinning after a while and sleep, and
-//! while the queue head sleeps newly arriving threads may take the lock from
-//! under it.
+//! A fair queue spinlock hands the lock to a particular thread; when that
+//! thread is preempted everyone behind it waits (Waiman Long, "[PATCH v10
+//! 13/19] unfair qspinlock: Enable lock stealing in lock waiters", LKML and
+//! xen-devel, May 2014). The kernel's paravirt lock
+//! (`kernel/locking/qspinlock_paravirt.h`) lets queued vCPUs halt and lets
+//! arrivals steal while the queue head is not spinning. It assumes what a
+//! guest kernel has and a thread does not: a head that is usually running, a
+//! hypervisor that kicks a halted vCPU cheaply, and holders that are not
+//! preempted. In user space the head is usually *not* running when threads
+//! outnumber cores, so the kernel's steal loop (which stops only when the
+//! head spins) never stops, every arrival spins like a test-and-set lock,
+//! and an unlock that must wake a sleeping head pays a futex call inside
+//! everyone's critical path. ksync's first port did exactly that and lost to
+//! `parking_lot` 2-5x at 8 to 64 threads on 2 cores.
+//!
+//! # Departures from the kernel, and why
+//!
+//! What stays: the 4-byte word `(tail, pending, locked)` and its fast path
+//! (one compare-and-swap to lock, one byte store to unlock), the native
+//! pending path for the second contender, the MCS queue of per-thread nodes
+//! (`queued.rs`), and queued waiters that halt after a bounded spin. What
+//! changes, after what the best blocking locks do (parking_lot, WebKit's
+//! `WTF::Lock`, Go's `sync.Mutex`, the kernel's own mutex, the ShflLock
+//! paper's blocking variant):
+//!
+//! 1. **Bounded barging.** An arrival that finds a queue or a pending
+//!    waiter may take a free lock (a *steal*) with one look, never while a
+//!    hand-off is pending, and otherwise queues, as the kernel's pv lock did
+//!    before its hybrid steal loop (`pv_queued_spin_steal_lock`, one
+//!    attempt); the kernel's later loop is unbounded. And a thread that has
+//!    stolen a thousand times in a row yields its CPU once, so the threads
+//!    that barge take turns on the CPUs instead of each keeping one for a
+//!    whole time slice (after the active-set rotation of Dice's Malthusian
+//!    locks and of GCR).
+//! 2. **Spinning bounded by time, measured.** A queued waiter spins for about
+//!    one context switch (`crate::spin_budget`, measured on this machine),
+//!    then sleeps. A pending waiter that has spun that long gives the pending
+//!    bit up and queues. The kernel counts relaxes (`SPIN_THRESHOLD`).
+//! 3. **The queue head never sleeps.** It spins and, past its budget, yields
+//!    the CPU, but it never waits on a futex, so **unlock never wakes
+//!    anyone**: it is the native byte store. The kernel's head halts and its
+//!    unlock is a compare-and-swap with a slow path (`SLOW_VAL`, the hash
+//!    table); neither exists here.
+//! 4. **A time-bounded hand-off.** A head that has waited
+//!    [`PV_HANDOFF_AFTER`] sets `HANDOFF` in the pending byte: arrivals stop
+//!    stealing and stop taking the pending path, so the lock goes to the
+//!    head at the next unlock. Like the kernel mutex's `MUTEX_FLAG_HANDOFF`
+//!    and Go's starvation mode, this bounds how long barging can starve the
+//!    queue.
+//! 5. **At most one woken waiter in flight, woken early.** Only the head's
+//!    successor is ever woken: when the head raises `HANDOFF` (its wake-up
+//!    then overlaps the last critical sections before the hand-off), or, if
+//!    it was asleep when it became head, by the new owner's unlock, after the
+//!    lock is released, so no futex call lengthens a critical section.
 //!
 //! # State
 //!
-//! The word is the native one, `(tail, pending, locked)`, with two changes:
+//! The word, little-endian, as in `queued.rs`:
 //!
-//! * `locked` may be [`SLOW_VAL`] (3): held, and a sleeping queue head is in
-//!   the hash table under this lock; unlock must wake it.
-//! * `pending` is no longer the second contender's bit (arrivals skip that
-//!   path): the queue head sets it while it spins, and it means "no stealing
-//!   now".
+//! | bits | field |
+//! |---|---|
+//! | 0..8 | `locked`: 1 while held |
+//! | 8 | `PENDING`: the second contender waits for the owner (native) |
+//! | 9 | `HANDOFF`: the queue head waited too long; no stealing, no pending |
+//! | 16..32 | `tail`: the last queued thread's node |
 //!
-//! Each queue node has a `state`, which is also the futex word its thread
-//! sleeps on: `RUNNING` (0), `HALTED` (1, a sleeping non-head waiter) or
-//! `HASHED` (2, a queue head that is in the hash table, asleep or about to
-//! be). A global hash table maps a lock's address to its hashed head.
+//! Each queue node's `state` is also the futex word its thread sleeps on:
+//! `RUNNING` (0) or `SLEEPING` (1). Only a non-head waiter ever sleeps.
 //!
 //! # Transitions
 //!
-//! * Fast path, unlock: as native, except that unlock is a compare-and-swap
-//!   of `locked` from 1 to 0; if it finds [`SLOW_VAL`] it takes the slow path.
-//! * Arrival: the *hybrid unfair trylock*. While a queue exists (tail set)
-//!   and its head is not spinning (pending clear), take the lock whenever
-//!   `locked` is 0: `(n,0,0) -> (n,0,1)` with a byte compare-and-swap (a
-//!   steal). Once the queue is empty queue at once (to become its head); once
-//!   the head spins (pending set) queue behind it, which bounds how long
-//!   stealing can starve the queue. Unlike the kernel's, this loop also gives
-//!   up after the spin threshold and queues: with far more threads than
-//!   cores, an unbounded steal loop keeps every arrival spinning (a plain
-//!   test-and-set lock) while the owner waits for a core; queued, they sleep
-//!   (measured: 64 threads on 2 cores, almost no thread ever slept without
-//!   the bound).
-//! * Queued, not head (`pv_wait_node`): spin on `node.locked` up to the spin
-//!   threshold ([`set_pv_spin_threshold`], the kernel's 1 << 15), checking
-//!   every 256 spins whether the predecessor is still `RUNNING` (if it sleeps
-//!   there is no point spinning behind it). Then `state = HALTED`, a full
-//!   barrier, and unless `node.locked` is set meanwhile, sleep while
-//!   `state == HALTED`. Afterwards `HALTED -> RUNNING` by compare-and-swap,
-//!   so a `HASHED` set by the new owner stays.
-//! * Handing over the queue head (`pv_kick_node`): the owner stores
-//!   `next.locked = 1` as natively, then after a full barrier tries
-//!   `next.state: HALTED -> HASHED`. If that works it does *not* wake `next`:
-//!   it hashes `next` under the lock and sets `locked = SLOW_VAL` (it holds the
-//!   lock, so a plain store), and the unlock will wake it. Waking it now
-//!   would only have it find the lock held and go back to sleep.
-//! * Queue head (`pv_wait_head_or_lock`): if `HASHED`, sleep until kicked.
-//!   Then set pending and spin up to the threshold trying
-//!   `(n,1,0) -> (n,0,1)` (`trylock_clear_pending`). If that fails, clear
-//!   pending (stealing allowed again), set `state = HASHED`, hash itself, and
-//!   swap `SLOW_VAL` into `locked`: if the old byte was 0 the lock was free
-//!   and is ours (`locked = 1`, unhash, `RUNNING`); otherwise sleep until
-//!   kicked, and start over.
-//! * Unlock slow path: `locked` is `SLOW_VAL`. Remove the lock's entry from
-//!   the hash table, store `locked = 0` (release; the lock's memory may be
-//!   freed from here on), then set the head's `state = RUNNING` and wake its
-//!   futex word. The head may well find the lock stolen by then: it spins,
-//!   hashes itself and sleeps again.
+//! * Fast path: `(0,0,0) -> (0,0,1)`. Unlock: `locked = 0`, a release byte
+//!   store, plus a futex wake only for a successor the guard says was asleep
+//!   when it was made head (point 5).
+//! * Pending (no queue, no hand-off): as native, `fetch_or(PENDING)`, wait
+//!   for `locked == 0`, take it with one halfword store `(*,1,0) -> (*,0,1)`.
+//!   Past one context switch of waiting the waiter clears `PENDING` and
+//!   queues. The halfword store also clears a `HANDOFF` that a head raised
+//!   meanwhile; the head raises it again (it checks on every poll).
+//! * Steal (a queue or a pending waiter exists): `(t,0,0) -> (t,0,1)` by a
+//!   full-word compare-and-swap (a byte one could race a pending waiter's
+//!   halfword store), only while `PENDING` and `HANDOFF` are clear, for a
+//!   bounded window; then queue.
+//! * Queue: swap our tail in, link behind the predecessor, spin on
+//!   `node.locked`, then `state = SLEEPING` and sleep while it holds.
+//! * Head: wait for `locked == 0` and `PENDING` clear, and claim with a
+//!   compare-and-swap: `(n,*,0) -> (0,0,1)` if still the tail, else
+//!   `(t,0,0) -> (t,0,1)` (clearing `HANDOFF`). After [`PV_HANDOFF_AFTER`],
+//!   `fetch_or(HANDOFF)` and wake the successor if it sleeps. Having
+//!   claimed, wait for the successor to link and hand it the head
+//!   (`next.locked = 1`).
 //!
-//! # Sleeping, and why it never loses a wake-up
+//! # Sleeping, and why no wake-up is lost
 //!
-//! Threads sleep on a word in their own node, never on the lock word: the
-//! lock may be freed right after its unlock, while queue nodes are never
-//! freed (`crate::thread_slot`). Every futex wait compares a value that the
-//! waker changes *before* it wakes:
-//!
-//! * A head sleeps while `state == HASHED`, and only the unlocker that
-//!   removed its hash entry changes a hashed head's state (to `RUNNING`, after
-//!   releasing the lock, then wakes). So the wait either sees `RUNNING` and
-//!   returns, or is asleep when the wake comes.
-//! * A waiter sleeps while `state == HALTED`. The new owner's `HALTED ->
-//!   HASHED` does not wake it on purpose; the unlock's `HASHED -> RUNNING` and
-//!   wake do. The owner's `next.locked = 1; barrier; read state` against the
-//!   waiter's `state = HALTED; barrier; read next.locked` (SeqCst fences) is a
-//!   store-buffering pair: at least one side sees the other, so either the
-//!   waiter does not sleep or the owner hashes it.
-//!
-//! Unlike the kernel (whose `pv_kick_node()` may leave a hashed head spinning,
-//! and whose head hashes itself at most once), a `HASHED` head here waits
-//! for its kick before it does anything else. That is what makes the
-//! unlocker's state write safe: the head cannot take the lock and move its
-//! node on to another lock between the unlocker's release and that write. A
-//! late wake on a reused node is at worst a spurious wake-up, which every wait
-//! tolerates (and counts). It also lets a head that lost the lock to a
-//! stealer hash itself again and sleep, instead of spinning out its time
-//! slice behind a preempted owner.
-//!
-//! # The hash table
-//!
-//! A sleeping queue head is found by its lock's address in a global table
-//! (`hash.rs`); the unlocker of a `SLOW_VAL` lock removes the entry and
-//! kicks the node it names.
+//! A waiter sleeps on its own node's `state`, never on the lock word (a lock
+//! may be freed right after its unlock; nodes never are). Its `state =
+//! SLEEPING; fence; read node.locked` and the hand-over's `next.locked = 1;
+//! fence; read next.state` (SeqCst fences) are a store-buffering pair: at
+//! least one side sees the other, so either the waiter does not sleep or the
+//! new owner knows it sleeps and wakes it at its unlock (it still holds the
+//! lock then, so the successor cannot have moved on to another lock). Every
+//! waker swaps `state` to `RUNNING` before the futex wake, and the futex
+//! compares `state` atomically with queueing the sleeper.
 //!
 //! # Memory ordering
 //!
-//! As the native lock (acquire on every load that ends a wait for the lock,
-//! acquire-release tail swap), plus:
-//!
-//! * The head's `SLOW_VAL` swap is acquire-release: release publishes its
-//!   hash entry and `HASHED` state to the unlocker, which reads `SLOW_VAL`
-//!   and then fences with acquire (the kernel's `smp_rmb()`); acquire makes
-//!   the lock ours when the old byte was 0.
-//! * The unlocker's `state = RUNNING` is release after its release of the
-//!   lock, and the head reads it with acquire, so a kicked head sees the lock
-//!   word at least as new as that unlock.
-//! * Removing an entry is a release store of a null key and claiming one an
-//!   acquire compare-and-swap, so a removed entry's node is read before the
-//!   entry is reused.
-//! * Counters and the spin threshold are relaxed and order nothing.
-
-mod hash;
-mod stats;
+//! As the native lock: every load or RMW that ends a wait for the lock is
+//! acquire and pairs with unlock's release store; the tail swap is
+//! acquire-release (`xchg_tail`); `prev.next` and `next.locked` are release
+//! stores read by acquire loads. The steal and claim compare-and-swaps are
+//! acquire (they end a wait for the lock). `HANDOFF` and the counters order
+//! nothing.
 
 use core::ptr;
-
-use self::hash::{hash, unhash};
-use self::stats::events;
-pub use self::stats::{pv_stats, reset_pv_stats, PvStats};
+use core::time::Duration;
 
 use super::queued::{
-    decode_tail, node_ptr, wait_for_next, while_queued, xchg_tail, NodeLease, LOCKED_MASK,
-    LOCKED_PENDING_MASK, LOCKED_VAL, PENDING_MASK, PENDING_VAL, TAIL_MASK,
+    decode_tail, node_ptr, while_queued, xchg_tail, NodeLease, LOCKED_MASK, LOCKED_VAL,
+    PENDING_MASK, PENDING_VAL, TAIL_MASK,
 };
 use crate::futex;
-use crate::relax::cpu_relax;
-use crate::sync::{self, fence, unmodelled, AtomicU32, Ordering};
+use crate::relax::{cpu_relax, yield_now};
+use crate::spin_budget::SpinTimer;
+use crate::sync::{self, fence, AtomicU32, Ordering};
 use crate::thread_slot::{QNode, NODES_PER_SLOT};
 
-/// `locked` byte value of a held lock whose unlock must wake a hashed queue
-/// head (`_Q_SLOW_VAL`).
-pub const SLOW_VAL: u8 = 3;
+mod stats;
 
-/// Node states (`enum vcpu_state`); `state` is also the node's futex word.
+use stats::events;
+pub use stats::{pv_stats, reset_pv_stats, PvStats};
+
+/// Bit 9 of the word, in the pending byte: a queue head has waited past
+/// [`PV_HANDOFF_AFTER`]; arrivals neither steal nor take the pending path.
+const HANDOFF_VAL: u32 = 1 << 9;
+
+/// How long a queue head lets running threads take the lock from under it
+/// before it raises `HANDOFF` and the lock goes to it at the next unlock:
+/// 1 ms, the bound of the kernel mutex's hand-off and of Go's starvation
+/// mode. (Under loom: at once, so models reach the hand-off.)
+pub const PV_HANDOFF_AFTER: Duration = Duration::from_millis(1);
+
+/// Node states; `state` is also the node's futex word.
 const RUNNING: u32 = 0;
-const HALTED: u32 = 1;
-const HASHED: u32 = 2;
+const SLEEPING: u32 = 1;
 
-/// A queued waiter checks its predecessor every `PREV_CHECK_MASK + 1` spins
-/// (`PV_PREV_CHECK_MASK`).
-const PREV_CHECK_MASK: u32 = 0xff;
+/// Steals a thread may make in a row before it yields its CPU once (point 1
+/// of the module docs). A thread that keeps stealing keeps its CPU for its
+/// whole time slice, and a runnable waiter then waits out the time slices
+/// of every thread ahead of it on that CPU (measured, 64 threads on 2
+/// cores: a longest wait of 60 to 90 ms); giving the CPU away every thousand
+/// or so steals makes the threads take turns (longest wait about 3 ms) at
+/// the cost of one `sched_yield` per thousand acquisitions.
+#[cfg_attr(loom, allow(dead_code))]
+const STEAL_STREAK: u32 = 1024;
 
-// ---------------------------------------------------------------------------
-// Tuning.
-
-/// The kernel's `SPIN_THRESHOLD`: relaxes a waiter spins before it sleeps.
-pub const DEFAULT_PV_SPIN_THRESHOLD: u32 = 1 << 15;
-
-/// Under loom one spin is enough: loom cares which interleavings a spin
-/// allows, not how long it is, and the model must reach the sleeping paths.
-#[cfg(loom)]
-const LOOM_SPIN_THRESHOLD: u32 = 1;
-
-static SPIN_THRESHOLD: unmodelled::AtomicU32 =
-    unmodelled::AtomicU32::new(DEFAULT_PV_SPIN_THRESHOLD);
-
-/// Sets how many relaxes a [`RawPvQSpinLock`] waiter spins before it sleeps,
-/// for every lock (at least 1; default [`DEFAULT_PV_SPIN_THRESHOLD`]).
-///
-/// Lower sleeps sooner, which helps when threads far outnumber cores and
-/// costs a futex wake-up per hand-over when they do not. Under loom the
-/// locks spin once regardless.
-///
-/// ```
-/// use ksync::spin::{pv_spin_threshold, set_pv_spin_threshold, DEFAULT_PV_SPIN_THRESHOLD};
-///
-/// set_pv_spin_threshold(1 << 12);
-/// assert_eq!(pv_spin_threshold(), 1 << 12);
-/// set_pv_spin_threshold(DEFAULT_PV_SPIN_THRESHOLD);
-/// ```
-pub fn set_pv_spin_threshold(spins: u32) {
-    SPIN_THRESHOLD.store(spins.max(1), Ordering::Relaxed);
-}
-
-/// The current spin threshold; see [`set_pv_spin_threshold`].
-pub fn pv_spin_threshold() -> u32 {
-    SPIN_THRESHOLD.load(Ordering::Relaxed)
+#[cfg(not(loom))]
+std::thread_local! {
+    /// This thread's steals since it last yielded for [`STEAL_STREAK`].
+    static STREAK: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
 }
 
 #[inline]
-fn spin_threshold() -> u32 {
-    #[cfg(loom)]
-    return LOOM_SPIN_THRESHOLD;
-    #[cfg(not(loom))]
-    pv_spin_threshold()
+fn handoff_after_ns() -> u64 {
+    if cfg!(loom) {
+        0
+    } else {
+        PV_HANDOFF_AFTER.as_nanos() as u64
+    }
 }
 
-// ---------------------------------------------------------------------------
-// The lock.
-
-/// The kernel's paravirt queued spinlock: [`RawQSpinLock`](super::RawQSpinLock)'s
-/// 4-byte word and fast paths, with waiters that sleep after a bounded spin
-/// and arrivals that may steal the lock while the queue head sleeps. Needs
-/// `std`.
+/// The paravirt queued spinlock, reworked for threads: the 4-byte word and
+/// fast paths of [`RawQSpinLock`](super::RawQSpinLock), bounded barging,
+/// queued waiters that sleep after about one measured context switch, a
+/// queue head that never sleeps (so unlock is one byte store), and a
+/// hand-off to the head after [`PV_HANDOFF_AFTER`]. See the module docs for
+/// every departure from the kernel's and why. Needs `std`.
 ///
-/// Use it when threads may outnumber cores: a preempted waiter no longer
-/// stalls the queue. Tune the spin with [`set_pv_spin_threshold`]; watch it
-/// with [`pv_stats`].
+/// Use it when threads may outnumber cores; watch it with [`pv_stats`].
 ///
 /// ```
 /// use ksync::spin::{PvQSpinMutex, RawPvQSpinLock};
@@ -245,6 +216,25 @@ pub type PvQSpinMutex<T> = lock_api::Mutex<RawPvQSpinLock, T>;
 /// The guard of a [`PvQSpinMutex`].
 pub type PvQSpinMutexGuard<'a, T> = lock_api::MutexGuard<'a, RawPvQSpinLock, T>;
 
+/// What [`RawPvQSpinLock`]'s unlock owes: the successor made queue head
+/// while it slept, to be woken once the lock is free (point 5 of the module
+/// docs), or nothing.
+#[derive(Debug)]
+pub struct PvGuard {
+    wake: *const QNode,
+}
+
+impl PvGuard {
+    #[inline]
+    const fn none() -> PvGuard {
+        PvGuard { wake: ptr::null() }
+    }
+}
+
+// SAFETY: the pointer names a queue node, which lives forever and is woken
+// by address; any thread may release the lock and issue the wake.
+unsafe impl Send for PvGuard {}
+
 impl RawPvQSpinLock {
     /// A new, unlocked lock.
     #[cfg(not(loom))]
@@ -262,16 +252,10 @@ impl RawPvQSpinLock {
         }
     }
 
-    /// Whether other threads are queued (any pending or tail bit set).
+    /// Whether other threads wait (a pending, hand-off or tail bit set).
     #[inline]
     pub fn is_contended(&self) -> bool {
         self.val.load(Ordering::Relaxed) & !LOCKED_MASK != 0
-    }
-
-    /// The hash key: the lock's address, never dereferenced through it.
-    #[inline]
-    fn key(&self) -> usize {
-        self as *const Self as usize
     }
 
     /// The raw lock word, for tests.
@@ -280,63 +264,122 @@ impl RawPvQSpinLock {
         self.val.load(Ordering::Relaxed)
     }
 
-    /// `(*,0,0) -> (*,0,1)` with a byte compare-and-swap; counts a steal if
-    /// `seen` (the word read just before) showed a queue.
     #[inline]
-    fn steal(&self, seen: u32) -> bool {
-        let stolen = sync::compare_exchange_low_u8(
-            &self.val,
-            0,
-            LOCKED_VAL as u8,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .is_ok();
-        if stolen && seen & TAIL_MASK != 0 {
-            events().lock_stealing.bump();
-        }
-        stolen
+    fn try_lock_cas(&self) -> bool {
+        // Pairs with the release store in `unlock`.
+        self.val
+            .compare_exchange(0, LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
-    /// `pv_hybrid_queued_unfair_trylock()`: steal while a queue exists and
-    /// its head is not spinning; `false` once we should queue, or after the
-    /// spin threshold (see the module comment).
-    fn hybrid_trylock(&self) -> bool {
-        for _ in 0..spin_threshold() {
-            let val = self.val.load(Ordering::Relaxed);
-            if val & LOCKED_PENDING_MASK == 0 && self.steal(val) {
+    /// The slow path: the pending waiter if there is no queue and no
+    /// hand-off, else a bounded steal and the queue. `val` is the word the
+    /// fast path saw.
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self, mut val: u32) -> PvGuard {
+        events().slowpath.bump();
+        // (0,1,0): the pending waiter is taking the lock; a bounded moment.
+        if val == PENDING_VAL {
+            for _ in 0..super::qspin::PENDING_LOOPS {
+                cpu_relax();
+                val = self.val.load(Ordering::Relaxed);
+                if val != PENDING_VAL {
+                    break;
+                }
+            }
+        }
+        if val & !LOCKED_MASK == 0 {
+            // (0,0,*) -> (0,1,*): trylock or become the pending waiter.
+            // Acquire: pairs with unlock's release when `locked` was 0.
+            val = self.val.fetch_or(PENDING_VAL, Ordering::Acquire);
+            if val & !LOCKED_MASK == 0 {
+                if self.wait_as_pending(val) {
+                    // (*,1,0) -> (*,0,1): only the pending waiter writes these
+                    // two bytes now (stealers and the head wait for PENDING
+                    // to clear); a HANDOFF it clears is raised again.
+                    sync::store_low_u16(&self.val, LOCKED_VAL as u16, Ordering::Relaxed);
+                    events().pending.bump();
+                    return PvGuard::none();
+                }
+            } else if val & PENDING_VAL == 0 {
+                // We set PENDING but someone queued or raised HANDOFF first:
+                // give the bit back (an RMW: the head may be setting HANDOFF).
+                // Test PENDING_VAL, not the whole byte: HANDOFF lives there
+                // too, and a bit we set and then failed to give back would
+                // keep every head waiting forever.
+                self.val.fetch_and(!PENDING_VAL, Ordering::Relaxed);
+            }
+        }
+        self.lock_queued()
+    }
+
+    /// The pending waiter's wait for the owner, bounded by one context switch
+    /// (the owner is likely off its CPU after that). True with `locked == 0`
+    /// seen (acquire); false after giving `PENDING` back.
+    fn wait_as_pending(&self, val: u32) -> bool {
+        if val & LOCKED_MASK == 0 {
+            return true;
+        }
+        let mut timer = SpinTimer::one_switch();
+        loop {
+            // Pairs with the release store in `unlock`.
+            if self.val.load(Ordering::Acquire) & LOCKED_MASK == 0 {
                 return true;
             }
-            if val & TAIL_MASK == 0 || val & PENDING_MASK != 0 {
+            if timer.expired() {
+                self.val.fetch_and(!PENDING_VAL, Ordering::Relaxed);
+                events().pending_gave_up.bump();
                 return false;
             }
             cpu_relax();
         }
-        false
     }
 
-    /// `trylock_clear_pending()`: the spinning head's `(*,1,0) -> (*,0,1)`.
-    /// A compare-and-swap, because stealers may take `locked` meanwhile.
-    #[inline]
-    fn trylock_clear_pending(&self) -> bool {
-        self.val.load(Ordering::Relaxed) & LOCKED_MASK == 0
-            && sync::compare_exchange_low_u16(
-                &self.val,
-                PENDING_VAL as u16,
-                LOCKED_VAL as u16,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+    /// Bounded barging: one look, and the lock is ours if it is free, no
+    /// pending waiter is about to take it and no hand-off is due; else the
+    /// caller queues. A thread that has stolen [`STEAL_STREAK`] times in a
+    /// row first gives its CPU away once (see there). True if taken.
+    fn steal(&self) -> bool {
+        // Not under loom: the streak would carry over from one explored
+        // execution to the next and make the model nondeterministic.
+        #[cfg(not(loom))]
+        if STREAK.with(|streak| {
+            let n = streak.get() + 1;
+            streak.set(if n >= STEAL_STREAK { 0 } else { n });
+            n >= STEAL_STREAK
+        }) {
+            events().streak_yields.bump();
+            yield_now();
+        }
+        loop {
+            let val = self.val.load(Ordering::Relaxed);
+            if val & (LOCKED_MASK | PENDING_MASK) != 0 {
+                return false;
+            }
+            // A full-word compare-and-swap, so a pending waiter or a HANDOFF
+            // that appears meanwhile makes it fail. Acquire: pairs with the
+            // release store in `unlock`.
+            if self
+                .val
+                .compare_exchange(val, val | LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                if val & TAIL_MASK != 0 {
+                    events().steals.bump();
+                }
+                return true;
+            }
+            // The tail moved: look again.
+        }
     }
 
-    /// The paravirt slow path: the hybrid trylock, then the queue.
-    #[cold]
-    #[inline(never)]
-    fn lock_slow(&self) {
-        events().slowpath.bump();
+    /// The MCS queue: steal if we can, else queue, sleep if it takes long,
+    /// and take the lock as head.
+    fn lock_queued(&self) -> PvGuard {
         let Some(lease) = NodeLease::claim() else {
-            return self.lock_no_node();
+            self.lock_no_node();
+            return PvGuard::none();
         };
         let node = lease.node();
         let tail = lease.tail();
@@ -344,193 +387,188 @@ impl RawPvQSpinLock {
         node.next.store(ptr::null_mut(), Ordering::Relaxed);
         node.state.store(RUNNING, Ordering::Relaxed);
 
-        if self.hybrid_trylock() {
-            return;
+        if self.steal() {
+            return PvGuard::none();
         }
+        events().queued.bump();
 
         let old = xchg_tail(&self.val, tail);
         let mut next = ptr::null_mut();
         if old & TAIL_MASK != 0 {
             let prev = decode_tail(old);
-            // Pairs with the predecessor's acquire loads of `next` (below and
-            // in `wait_for_next`): it sees our initialised node.
+            // Pairs with the predecessor's acquire loads of `next` (in
+            // `wait_head` and `wait_for_successor`).
             prev.next.store(node_ptr(node), Ordering::Release);
-            self.wait_node(node, prev, lease.depth());
+            self.wait_node(node, lease.depth());
             // Pairs with the successor's release store of `prev.next` above.
             next = node.next.load(Ordering::Acquire);
         }
 
-        // Queue head; returns holding the lock, `locked == 1`.
-        let val = self.wait_head_or_lock(node, lease.depth());
-
-        // Last in the queue: (n,0,1) -> (0,0,1) empties it.
-        if val & TAIL_MASK == tail
-            && self
-                .val
-                .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return;
+        // Queue head; returns holding the lock.
+        let (val, next) = self.wait_head(node, tail, next, lease.depth());
+        if val & TAIL_MASK == tail {
+            // The claim emptied the queue.
+            return PvGuard::none();
         }
-        let next = wait_for_next(node, next);
+        let next = self.wait_for_successor(node, next, lease.depth());
         // Pairs with the successor's acquire loads of `node.locked` in
         // `wait_node`.
         next.locked.store(1, Ordering::Release);
-        self.kick_node(next);
-    }
-
-    /// No node: steal whenever the hybrid trylock allows, relaxing between.
-    #[cold]
-    fn lock_no_node(&self) {
-        events().no_node.bump();
-        while !self.hybrid_trylock() {
-            while_queued(NODES_PER_SLOT as u32);
-            cpu_relax();
+        // Store-buffering pair with `wait_node`'s `state = SLEEPING; fence;
+        // read locked`: either it sees `locked` and stays up, or we see
+        // `SLEEPING` and owe it a wake, paid at unlock.
+        fence(Ordering::SeqCst);
+        if next.state.load(Ordering::Relaxed) == SLEEPING {
+            PvGuard { wake: next }
+        } else {
+            PvGuard::none()
         }
     }
 
-    /// `pv_wait_node()`: spin, then sleep, until the predecessor makes us the
-    /// queue head (`node.locked != 0`, read with acquire loads that pair with
-    /// its release hand-over in `lock_slow`).
-    fn wait_node(&self, node: &'static QNode, prev: &'static QNode, depth: u32) {
-        let events = events();
+    /// A queued waiter's wait to become head (`node.locked != 0`, acquire):
+    /// spin about one context switch, then sleep; spin again after each
+    /// wake-up before sleeping again.
+    fn wait_node(&self, node: &'static QNode, depth: u32) {
         loop {
-            let mut early = false;
-            for spin in 0..spin_threshold() {
+            let mut timer = SpinTimer::one_switch();
+            loop {
+                // Pairs with the predecessor's release `next.locked = 1` in
+                // `lock_queued`.
                 if node.locked.load(Ordering::Acquire) != 0 {
                     return;
                 }
-                if spin & PREV_CHECK_MASK == 0 && prev.state.load(Ordering::Relaxed) != RUNNING {
-                    early = true;
+                if timer.expired() {
                     break;
                 }
                 while_queued(depth);
                 cpu_relax();
             }
-
-            // Store-buffering pair with `kick_node`: either we see `locked`
-            // or the new owner sees `HALTED` (and hashes us).
-            node.state.store(HALTED, Ordering::Relaxed);
+            // Store-buffering pair with the hand-over in `lock_queued`.
+            node.state.store(SLEEPING, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             if node.locked.load(Ordering::Relaxed) == 0 {
-                events.wait_node.bump();
-                if early {
-                    events.wait_early.bump();
-                }
-                futex::wait(&node.state, HALTED, None);
+                events().sleeps.bump();
+                futex::wait(&node.state, SLEEPING, None);
             }
-            // Keep `HASHED` if the new owner hashed us meanwhile.
-            let _ =
-                node.state
-                    .compare_exchange(HALTED, RUNNING, Ordering::Relaxed, Ordering::Relaxed);
-            if node.locked.load(Ordering::Acquire) != 0 {
-                return;
-            }
-            events.spurious_wakeup.bump();
+            node.state.store(RUNNING, Ordering::Relaxed);
         }
     }
 
-    /// `pv_kick_node()`: we own the lock and just made `next` the queue head.
-    /// If it sleeps, leave it asleep, hashed, and make our unlock wake it.
-    fn kick_node(&self, next: &'static QNode) {
-        // Store-buffering pair with `wait_node`: our `next.locked = 1`, this
-        // fence, then `state`, against its `state = HALTED`, fence, `locked`.
-        fence(Ordering::SeqCst);
-        if next
-            .state
-            .compare_exchange(HALTED, HASHED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        hash(self.key(), next);
-        // We hold the lock, so nobody else writes `locked` now.
-        sync::store_low_u8(&self.val, SLOW_VAL, Ordering::Relaxed);
-        events().hash_next.bump();
-    }
-
-    /// Sleeps while `node` is hashed, until the unlocker's kick makes it
-    /// `RUNNING`.
-    fn sleep_hashed(&self, node: &'static QNode) {
+    /// The queue head's wait: for `locked == 0` with no pending waiter, then
+    /// the claim. Spins, yielding the CPU after each context switch's worth;
+    /// raises `HANDOFF` (and wakes the successor early) after
+    /// [`PV_HANDOFF_AFTER`]. Returns the word it claimed from and the
+    /// successor, if it has seen one link in.
+    fn wait_head(
+        &self,
+        node: &'static QNode,
+        tail: u32,
+        mut next: *mut QNode,
+        depth: u32,
+    ) -> (u32, *mut QNode) {
+        let mut spin = SpinTimer::one_switch();
+        let mut patience = SpinTimer::new(handoff_after_ns());
+        let mut handoff = false;
         loop {
-            futex::wait(&node.state, HASHED, None);
-            // Pairs with the release store of `RUNNING` in `unlock_slow`.
-            if node.state.load(Ordering::Acquire) != HASHED {
-                return;
-            }
-            events().spurious_wakeup.bump();
-        }
-    }
-
-    /// `pv_wait_head_or_lock()`: the queue head spins with stealing disabled,
-    /// then hashes itself and sleeps until an unlock kicks it, and so on until
-    /// it holds the lock. Returns the word with `locked` set.
-    fn wait_head_or_lock(&self, node: &'static QNode, depth: u32) -> u32 {
-        let events = events();
-        let mut kicked = false;
-        loop {
-            // Hashed, by the previous owner or by us below: the lock is held
-            // with `SLOW_VAL`, and its unlock will kick us. Until then we must
-            // not touch the lock (see the module comment). The acquire pairs
-            // with the release store of `RUNNING` in `unlock_slow`.
-            if node.state.load(Ordering::Acquire) == HASHED {
-                self.sleep_hashed(node);
-                kicked = true;
-            }
-
-            sync::store_byte1(&self.val, 1, Ordering::Relaxed); // set_pending
-            for _ in 0..spin_threshold() {
-                if self.trylock_clear_pending() {
-                    return self.val.load(Ordering::Relaxed) | LOCKED_VAL;
+            // Pairs with the release store in `unlock`.
+            let val = self.val.load(Ordering::Acquire);
+            if val & (LOCKED_MASK | PENDING_VAL) == 0 {
+                // Last in the queue: (n,*,0) -> (0,0,1) also empties it;
+                // else keep the tail and clear HANDOFF.
+                let claimed = if val & TAIL_MASK == tail {
+                    LOCKED_VAL
+                } else {
+                    (val & TAIL_MASK) | LOCKED_VAL
+                };
+                // Acquire: stealers may have taken and released the lock
+                // since the load; pairs with their unlock's release.
+                if self
+                    .val
+                    .compare_exchange(val, claimed, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return (val, next);
                 }
-                while_queued(depth);
+                continue;
+            }
+            if handoff {
+                if val & HANDOFF_VAL == 0 {
+                    // A pending waiter's halfword store cleared it.
+                    self.val.fetch_or(HANDOFF_VAL, Ordering::Relaxed);
+                }
+            } else if patience.expired() {
+                handoff = true;
+                self.val.fetch_or(HANDOFF_VAL, Ordering::Relaxed);
+                events().handoffs.bump();
+                // Wake the successor now, so its wake-up overlaps the
+                // critical sections before ours. Pairs with its release
+                // store of `prev.next` in `lock_queued`.
+                next = node.next.load(Ordering::Acquire);
+                // SAFETY: a non-null `next` came from the successor's
+                // `&'static QNode`.
+                if let Some(successor) = unsafe { next.as_ref() } {
+                    if wake_if_sleeping(successor) {
+                        events().early_wakes.bump();
+                    }
+                }
+            }
+            while_queued(depth);
+            if spin.expired() {
+                // The owner or the pending waiter is probably off its CPU:
+                // let it have ours.
+                events().head_yields.bump();
+                yield_now();
+                spin = SpinTimer::one_switch();
+            } else {
                 cpu_relax();
             }
-            sync::store_byte1(&self.val, 0, Ordering::Relaxed); // clear_pending
-
-            node.state.store(HASHED, Ordering::Relaxed);
-            let entry = hash(self.key(), node);
-            // Release pairs with the acquire fence in `unlock_slow` (our hash
-            // entry and state are visible to the unlocker); acquire pairs
-            // with the release in `unlock` when the lock turns out free.
-            if sync::swap_low_u8(&self.val, SLOW_VAL, Ordering::AcqRel) == 0 {
-                // The lock was free, so it is ours and nobody will kick us.
-                sync::store_low_u8(&self.val, LOCKED_VAL as u8, Ordering::Relaxed);
-                entry.clear();
-                node.state.store(RUNNING, Ordering::Relaxed);
-                return self.val.load(Ordering::Relaxed) | LOCKED_VAL;
-            }
-            events.wait_head.bump();
-            if kicked {
-                events.wait_again.bump();
-            }
         }
     }
 
-    /// `__pv_queued_spin_unlock_slowpath()`: `locked` was `SLOW_VAL`.
+    /// Waits for the successor that swapped itself in behind `node` to link
+    /// (it may be preempted between its swap and its link: spin a context
+    /// switch, then yield between polls).
+    fn wait_for_successor(&self, node: &QNode, mut next: *mut QNode, depth: u32) -> &'static QNode {
+        let mut spin = SpinTimer::one_switch();
+        while next.is_null() {
+            while_queued(depth);
+            if spin.expired() {
+                yield_now();
+            } else {
+                cpu_relax();
+            }
+            // Pairs with the successor's release store of `prev.next` in
+            // `lock_queued`.
+            next = node.next.load(Ordering::Acquire);
+        }
+        // SAFETY: a non-null `next` was stored by a successor from its own
+        // `&'static QNode` (see `node_ptr`); slot blocks are never freed.
+        unsafe { &*next }
+    }
+
+    /// No node to queue with: steal whenever allowed, yielding between
+    /// bounded spins.
     #[cold]
-    #[inline(never)]
-    fn unlock_slow(&self, locked: u8) {
-        if locked != SLOW_VAL {
-            // Not held (an unlock without a lock): leave the word alone.
-            return;
+    fn lock_no_node(&self) {
+        events().no_node.bump();
+        while !self.steal() {
+            while_queued(NODES_PER_SLOT as u32);
+            yield_now();
         }
-        // Pairs with the head's release swap of `SLOW_VAL`: its hash entry
-        // and state are visible.
-        fence(Ordering::Acquire);
-        let node = unhash(self.key());
-        // Pairs with the acquire of whoever takes the lock next (see
-        // `unlock`).
-        sync::store_low_u8(&self.val, 0, Ordering::Release);
-        // `self` may be freed from here on; only the node is touched.
-        if let Some(node) = node {
-            // Pairs with the head's acquire loads of `state` in
-            // `sleep_hashed` and `wait_head_or_lock`: a kicked head sees the
-            // word at least as new as the release above.
-            node.state.store(RUNNING, Ordering::Release);
-            futex::wake(&node.state, 1);
-            events().kick_unlock.bump();
-        }
+    }
+}
+
+/// Wakes a queued waiter if it sleeps: `SLEEPING -> RUNNING`, then the futex
+/// wake. True if it was asleep.
+#[inline]
+fn wake_if_sleeping(node: &QNode) -> bool {
+    if node.state.load(Ordering::Relaxed) == SLEEPING
+        && node.state.swap(RUNNING, Ordering::Relaxed) == SLEEPING
+    {
+        futex::wake(&node.state, 1);
+        true
+    } else {
+        false
     }
 }
 
@@ -540,12 +578,13 @@ impl Default for RawPvQSpinLock {
     }
 }
 
-// SAFETY: `locked` goes from 0 to non-zero only by compare-and-swap (fast
-// path, steals, the head's `trylock_clear_pending`) or by the head's swap
-// that finds 0, so one thread at a time holds the lock; `SLOW_VAL` is written
-// over 1 only by the holder. Every acquisition is an acquire RMW that reads
-// the previous holder's release (the unlock's compare-and-swap or the slow
-// unlock's release store).
+// SAFETY: the lock is held from a successful fast-path compare-and-swap, a
+// pending waiter's `(*,1,0) -> (*,0,1)`, a steal's or a head's
+// compare-and-swap until the release store of 0 to `locked`. The pending bit
+// admits one waiter, and only it writes `locked` while the bit is set
+// (stealers and the head wait for it to clear, and their compare-and-swaps
+// fail if it appears); the MCS queue admits one head. Every acquisition ends
+// with an acquire load or RMW that reads the previous holder's release.
 unsafe impl lock_api::RawMutex for RawPvQSpinLock {
     #[allow(clippy::declare_interior_mutable_const)]
     #[cfg(not(loom))]
@@ -553,47 +592,37 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
     #[cfg(loom)]
     const INIT: Self = panic!("use RawPvQSpinLock::new() under loom");
 
-    type Guard = lock_api::GuardSend;
+    type Guard = PvGuard;
 
     #[inline]
-    fn lock(&self) -> Self::Guard {
-        if self
+    fn lock(&self) -> PvGuard {
+        match self
             .val
             .compare_exchange(0, LOCKED_VAL, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
         {
-            self.lock_slow();
-        }
-        lock_api::GuardSend::new()
-    }
-
-    /// One attempt; unlike the native lock it also takes a free lock that
-    /// has a sleeping queue (the older kernels' `pv_queued_spin_steal_lock`).
-    #[inline]
-    fn try_lock(&self) -> Option<Self::Guard> {
-        let val = self.val.load(Ordering::Relaxed);
-        (val & LOCKED_PENDING_MASK == 0 && self.steal(val)).then(lock_api::GuardSend::new)
-    }
-
-    #[inline]
-    unsafe fn unlock(&self, _guard: Self::Guard) {
-        // The release pairs with the acquire of whoever takes the lock next:
-        // the fast path's or a steal's compare-and-swap, the head's
-        // `trylock_clear_pending` or its `SLOW_VAL` swap.
-        if let Err(locked) = sync::compare_exchange_low_u8(
-            &self.val,
-            LOCKED_VAL as u8,
-            0,
-            Ordering::Release,
-            Ordering::Relaxed,
-        ) {
-            self.unlock_slow(locked);
+            Ok(_) => PvGuard::none(),
+            Err(val) => self.lock_slow(val),
         }
     }
 
-    /// Whether some thread holds the lock: the `locked` byte. (A queue whose
-    /// head sleeps while the lock is free is not "locked", unlike the native
-    /// lock's whole-word test, where that state lasts only an instant.)
+    #[inline]
+    fn try_lock(&self) -> Option<PvGuard> {
+        self.try_lock_cas().then(PvGuard::none)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, guard: PvGuard) {
+        // Pairs with the acquire of whoever takes the lock next: the fast
+        // path, the pending waiter, a steal, the head's claim.
+        sync::store_low_u8(&self.val, 0, Ordering::Release);
+        // SAFETY: a non-null `wake` is a queue node (they live forever).
+        if let Some(successor) = unsafe { guard.wake.as_ref() } {
+            if wake_if_sleeping(successor) {
+                events().unlock_wakes.bump();
+            }
+        }
+    }
+
     #[inline]
     fn is_locked(&self) -> bool {
         self.val.load(Ordering::Relaxed) & LOCKED_MASK != 0
@@ -601,208 +630,4 @@ unsafe impl lock_api::RawMutex for RawPvQSpinLock {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
-    use super::super::queued::tail_fields;
-    use super::hash::table;
-    use super::*;
-    use crate::test_common::wait_until;
-    use crate::thread_slot;
-    use lock_api::RawMutex;
-    use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    fn locked_byte(lock: &RawPvQSpinLock) -> u8 {
-        lock.word() as u8
-    }
-
-    fn hashed_node(lock: &RawPvQSpinLock) -> Option<*mut QNode> {
-        table()
-            .iter()
-            .find(|e| e.lock.load(O::Relaxed) == lock.key())
-            .map(|e| e.node.load(O::Relaxed))
-    }
-
-    /// Locks and unlocks `lock` on a new thread.
-    fn lock_once(lock: &Arc<RawPvQSpinLock>) -> std::thread::JoinHandle<()> {
-        let lock = Arc::clone(lock);
-        std::thread::spawn(move || {
-            let g = lock.lock();
-            // SAFETY: `g` came from `lock.lock()`.
-            unsafe { lock.unlock(g) };
-        })
-    }
-
-    #[test]
-    fn lock_word() {
-        assert_eq!(core::mem::size_of::<RawPvQSpinLock>(), 4);
-        assert_eq!(u32::from(SLOW_VAL) & !LOCKED_MASK, 0);
-        assert_ne!(u32::from(SLOW_VAL), LOCKED_VAL);
-    }
-
-    #[test]
-    fn uncontended_and_try_lock() {
-        let lock = RawPvQSpinLock::new();
-        let g = lock.lock();
-        assert_eq!(lock.word(), LOCKED_VAL);
-        assert!(lock.is_locked() && lock.try_lock().is_none());
-        // SAFETY: `g` came from `lock.lock()`.
-        unsafe { lock.unlock(g) };
-        assert_eq!(lock.word(), 0);
-        let g = lock.try_lock().unwrap();
-        // SAFETY: `g` came from `lock.try_lock()`.
-        unsafe { lock.unlock(g) };
-    }
-
-    /// The head spins, hashes itself, marks the lock slow and sleeps; unlock
-    /// finds it in the table and wakes it.
-    #[test]
-    fn head_halts_hashed_and_unlock_kicks_it() {
-        let before = pv_stats();
-        let lock = Arc::new(RawPvQSpinLock::new());
-        let guard = lock.lock();
-        let head = lock_once(&lock);
-        wait_until("the slow value", || locked_byte(&lock) == SLOW_VAL);
-        let node = decode_tail(lock.word());
-        assert_eq!(node.state.load(O::Relaxed), HASHED);
-        assert_eq!(hashed_node(&lock), Some(node_ptr(node)));
-        assert!(lock.is_locked() && lock.is_contended());
-
-        // SAFETY: `guard` came from `lock.lock()`.
-        unsafe { lock.unlock(guard) };
-        head.join().unwrap();
-        assert_eq!(lock.word(), 0);
-        assert_eq!(hashed_node(&lock), None);
-        let after = pv_stats();
-        assert!(after.wait_head > before.wait_head);
-        assert!(after.kick_unlock > before.kick_unlock);
-    }
-
-    /// A waiter behind a sleeping head sleeps early; when the head gets the
-    /// lock it hashes that halted successor instead of waking it, and its own
-    /// unlock wakes it.
-    #[test]
-    fn new_owner_hashes_a_halted_successor() {
-        static OWNER_INSIDE: AtomicBool = AtomicBool::new(false);
-        static OWNER_MAY_LEAVE: AtomicBool = AtomicBool::new(false);
-        let before = pv_stats();
-        let lock = Arc::new(RawPvQSpinLock::new());
-        let guard = lock.lock();
-
-        let first = {
-            let lock = Arc::clone(&lock);
-            std::thread::spawn(move || {
-                let g = lock.lock();
-                OWNER_INSIDE.store(true, O::Release);
-                wait_until("leave", || OWNER_MAY_LEAVE.load(O::Acquire));
-                // SAFETY: `g` came from `lock.lock()`.
-                unsafe { lock.unlock(g) };
-            })
-        };
-        wait_until("the first head to hash itself", || {
-            locked_byte(&lock) == SLOW_VAL
-        });
-        let first_tail = lock.word() & TAIL_MASK;
-        let second = lock_once(&lock);
-        wait_until("the second waiter to halt", || {
-            let tail = lock.word() & TAIL_MASK;
-            tail != first_tail && decode_tail(tail).state.load(O::Relaxed) == HALTED
-        });
-        let second_node = decode_tail(lock.word());
-
-        // SAFETY: `guard` came from `lock.lock()`.
-        unsafe { lock.unlock(guard) };
-        wait_until("the first waiter to own the lock", || {
-            OWNER_INSIDE.load(O::Acquire)
-        });
-        assert_eq!(locked_byte(&lock), SLOW_VAL);
-        assert_eq!(second_node.state.load(O::Relaxed), HASHED);
-        assert_eq!(hashed_node(&lock), Some(node_ptr(second_node)));
-
-        OWNER_MAY_LEAVE.store(true, O::Release);
-        first.join().unwrap();
-        second.join().unwrap();
-        assert_eq!(lock.word(), 0);
-        let after = pv_stats();
-        assert!(after.hash_next > before.hash_next);
-        assert!(after.wait_node > before.wait_node);
-        assert!(after.wait_early > before.wait_early);
-        assert!(after.kick_unlock >= before.kick_unlock + 2);
-    }
-
-    // Nested queueing (see `hook::Nested`): while this thread is the
-    // spinning head of one lock, the hook locks the next one, which is held
-    // too.
-    static NESTED: [RawPvQSpinLock; LEVELS] = [const { RawPvQSpinLock::new() }; LEVELS];
-    static DEEPEST: AtomicBool = AtomicBool::new(false);
-
-    impl Nested for RawPvQSpinLock {
-        fn nested() -> &'static [Self; LEVELS] {
-            &NESTED
-        }
-
-        fn deepest() -> &'static AtomicBool {
-            &DEEPEST
-        }
-    }
-
-    #[test]
-    fn nested_queueing_uses_four_nodes_then_goes_without() {
-        let before = pv_stats();
-        let guards: Vec<_> = NESTED.iter().map(|l| l.lock()).collect();
-        let nester = spawn_nester::<RawPvQSpinLock>();
-        // Queued with nodes 0..3 (one tail per lock, index = depth).
-        for (depth, lock) in NESTED.iter().take(NODES_PER_SLOT).enumerate() {
-            let (_, idx) = tail_fields(lock.word() & TAIL_MASK);
-            assert_eq!(idx as usize, depth);
-        }
-        assert_eq!(NESTED[NODES_PER_SLOT].word() & TAIL_MASK, 0, "no node left");
-        for (lock, guard) in NESTED.iter().zip(guards).rev() {
-            // SAFETY: each guard came from `lock.lock()` on its own lock.
-            unsafe { lock.unlock(guard) };
-        }
-        assert_eq!(nester.join().unwrap(), 0b11111);
-        assert!(pv_stats().no_node > before.no_node);
-        assert!(NESTED.iter().all(|l| l.word() == 0));
-    }
-
-    #[test]
-    fn locking_from_a_tls_destructor_after_the_slot_is_gone() {
-        static LOCK: RawPvQSpinLock = RawPvQSpinLock::new();
-        static INSIDE: StdAtomicU32 = StdAtomicU32::new(0);
-        static HAD_SLOT: AtomicBool = AtomicBool::new(true);
-
-        struct LocksOnExit;
-        impl Drop for LocksOnExit {
-            fn drop(&mut self) {
-                HAD_SLOT.store(thread_slot::current().is_some(), O::Relaxed);
-                let g = LOCK.lock();
-                INSIDE.fetch_add(1, O::Relaxed);
-                // SAFETY: `g` came from `LOCK.lock()`.
-                unsafe { LOCK.unlock(g) };
-            }
-        }
-        std::thread_local! {
-            static ON_EXIT: LocksOnExit = const { LocksOnExit };
-        }
-
-        let before = pv_stats().no_node;
-        let guard = LOCK.lock();
-        let exiting = std::thread::spawn(|| {
-            ON_EXIT.with(|_| {});
-            assert!(thread_slot::current().is_some());
-        });
-        wait_until("the no-node path", || pv_stats().no_node > before);
-        std::thread::sleep(Duration::from_millis(1));
-        // SAFETY: `guard` came from `LOCK.lock()`.
-        unsafe { LOCK.unlock(guard) };
-        exiting.join().unwrap();
-        assert_eq!(INSIDE.load(O::Relaxed), 1);
-        assert!(
-            !HAD_SLOT.load(O::Relaxed),
-            "the slot outlived the destructor"
-        );
-        assert_eq!(LOCK.word(), 0);
-    }
-}
+mod tests;

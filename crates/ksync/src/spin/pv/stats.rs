@@ -1,54 +1,56 @@
-//! [`RawPvQSpinLock`](super::RawPvQSpinLock)'s slow-path events, named
-//! after the kernel's `pv_*` and `lock_*` lock events, and their public
-//! snapshot [`PvStats`].
+//! [`RawPvQSpinLock`](super::RawPvQSpinLock)'s slow-path events and their
+//! public snapshot [`PvStats`].
 
-use super::super::events::{event_set, EventCounter};
+use super::super::events::{event_set, EventCounter, PV_EVENTS};
 
 #[repr(align(128))]
 pub(super) struct Events {
     pub(super) slowpath: EventCounter,
+    pub(super) pending: EventCounter,
+    pub(super) pending_gave_up: EventCounter,
+    pub(super) steals: EventCounter,
+    pub(super) queued: EventCounter,
     pub(super) no_node: EventCounter,
-    pub(super) lock_stealing: EventCounter,
-    pub(super) wait_node: EventCounter,
-    pub(super) wait_early: EventCounter,
-    pub(super) wait_head: EventCounter,
-    pub(super) wait_again: EventCounter,
-    pub(super) hash_next: EventCounter,
-    pub(super) kick_unlock: EventCounter,
-    pub(super) spurious_wakeup: EventCounter,
-    pub(super) hash_hops: EventCounter,
+    pub(super) sleeps: EventCounter,
+    pub(super) handoffs: EventCounter,
+    pub(super) early_wakes: EventCounter,
+    pub(super) unlock_wakes: EventCounter,
+    pub(super) head_yields: EventCounter,
+    pub(super) streak_yields: EventCounter,
 }
 
 impl Events {
     const fn new() -> Self {
         Events {
-            slowpath: EventCounter::new(),
-            no_node: EventCounter::new(),
-            lock_stealing: EventCounter::new(),
-            wait_node: EventCounter::new(),
-            wait_early: EventCounter::new(),
-            wait_head: EventCounter::new(),
-            wait_again: EventCounter::new(),
-            hash_next: EventCounter::new(),
-            kick_unlock: EventCounter::new(),
-            spurious_wakeup: EventCounter::new(),
-            hash_hops: EventCounter::new(),
+            slowpath: EventCounter::new(PV_EVENTS),
+            pending: EventCounter::new(PV_EVENTS + 1),
+            pending_gave_up: EventCounter::new(PV_EVENTS + 2),
+            steals: EventCounter::new(PV_EVENTS + 3),
+            queued: EventCounter::new(PV_EVENTS + 4),
+            no_node: EventCounter::new(PV_EVENTS + 5),
+            sleeps: EventCounter::new(PV_EVENTS + 6),
+            handoffs: EventCounter::new(PV_EVENTS + 7),
+            early_wakes: EventCounter::new(PV_EVENTS + 8),
+            unlock_wakes: EventCounter::new(PV_EVENTS + 9),
+            head_yields: EventCounter::new(PV_EVENTS + 10),
+            streak_yields: EventCounter::new(PV_EVENTS + 11),
         }
     }
 
-    fn all(&self) -> [&EventCounter; 11] {
+    fn all(&self) -> [&EventCounter; 12] {
         [
             &self.slowpath,
+            &self.pending,
+            &self.pending_gave_up,
+            &self.steals,
+            &self.queued,
             &self.no_node,
-            &self.lock_stealing,
-            &self.wait_node,
-            &self.wait_early,
-            &self.wait_head,
-            &self.wait_again,
-            &self.hash_next,
-            &self.kick_unlock,
-            &self.spurious_wakeup,
-            &self.hash_hops,
+            &self.sleeps,
+            &self.handoffs,
+            &self.early_wakes,
+            &self.unlock_wakes,
+            &self.head_yields,
+            &self.streak_yields,
         ]
     }
 }
@@ -57,10 +59,8 @@ event_set!(pub(super) Events);
 
 /// A snapshot of [`RawPvQSpinLock`](super::RawPvQSpinLock)'s slow-path
 /// events, summed over every lock and thread since start (or
-/// [`reset_pv_stats`]). The field names are the kernel's `pv_*` / `lock_*`
-/// lock events without the prefix.
-///
-/// The fast paths never touch them. Under loom each test thread has its own.
+/// [`reset_pv_stats`]). The fast paths never touch them. Under loom each
+/// test thread has its own.
 ///
 /// ```
 /// use ksync::spin::{pv_stats, PvQSpinMutex};
@@ -73,55 +73,67 @@ event_set!(pub(super) Events);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PvStats {
-    /// Acquisitions that went past the fast path (`lock_slowpath`).
+    /// Acquisitions that went past the fast path.
     pub slowpath: u64,
+    /// Taken by the pending waiter (the second contender, no queue).
+    pub pending: u64,
+    /// Pending waiters that gave up after a context switch's worth of
+    /// waiting (the owner was likely preempted) and queued.
+    pub pending_gave_up: u64,
+    /// Taken by an arriving thread while a queue existed (bounded barging).
+    pub steals: u64,
+    /// Acquisitions that joined the queue.
+    pub queued: u64,
     /// Acquisitions without a queue node: no thread slot, or nested deeper
-    /// than four (`lock_no_node`).
+    /// than four.
     pub no_node: u64,
-    /// Locks taken by an arriving thread while a queue existed
-    /// (`pv_lock_stealing`).
-    pub lock_stealing: u64,
-    /// Sleeps of queued non-head waiters (`pv_wait_node`).
-    pub wait_node: u64,
-    /// Of those, sleeps cut short because the predecessor was not running
-    /// (`pv_wait_early`).
-    pub wait_early: u64,
-    /// Sleeps of queue heads that hashed themselves (`pv_wait_head`).
-    pub wait_head: u64,
-    /// Of those, sleeps after the head had already been woken once: the lock
-    /// was stolen from it (`pv_wait_again`).
-    pub wait_again: u64,
-    /// Halted successors the new owner hashed instead of waking
-    /// (`pv_kick_node`'s hashing path).
-    pub hash_next: u64,
-    /// Wake-ups issued by unlock (`pv_kick_unlock`).
-    pub kick_unlock: u64,
-    /// Wake-ups that found nothing to do (`pv_spurious_wakeup`).
-    pub spurious_wakeup: u64,
-    /// Hash-table probes past the first bucket, over all insertions
-    /// (`pv_hash_hops`).
-    pub hash_hops: u64,
+    /// Times a queued waiter went to sleep.
+    pub sleeps: u64,
+    /// Times a queue head raised `HANDOFF` (stealing stopped for it).
+    pub handoffs: u64,
+    /// Successors woken by their head as it raised `HANDOFF`.
+    pub early_wakes: u64,
+    /// Successors made queue head while asleep, woken by the new owner's
+    /// unlock.
+    pub unlock_wakes: u64,
+    /// Times a queue head yielded its CPU while it waited.
+    pub head_yields: u64,
+    /// Times a thread yielded its CPU after a streak of steals.
+    pub streak_yields: u64,
 }
 
 impl PvStats {
     /// Locks stolen from a queue.
     pub fn steals(&self) -> u64 {
-        self.lock_stealing
+        self.steals
     }
 
-    /// Times a waiter went to sleep (queued waiters and queue heads).
+    /// Times a waiter went to sleep.
     pub fn halts(&self) -> u64 {
-        self.wait_node + self.wait_head
+        self.sleeps
     }
 
-    /// Wake-ups issued (kicks).
+    /// Wake-ups issued.
     pub fn wakes(&self) -> u64 {
-        self.kick_unlock
+        self.early_wakes + self.unlock_wakes
     }
 
-    /// Wake-ups after which the waiter went back to waiting.
-    pub fn spurious_wakeups(&self) -> u64 {
-        self.spurious_wakeup
+    /// The events counted since `earlier`, an older snapshot.
+    pub fn since(&self, earlier: &PvStats) -> PvStats {
+        PvStats {
+            slowpath: self.slowpath - earlier.slowpath,
+            pending: self.pending - earlier.pending,
+            pending_gave_up: self.pending_gave_up - earlier.pending_gave_up,
+            steals: self.steals - earlier.steals,
+            queued: self.queued - earlier.queued,
+            no_node: self.no_node - earlier.no_node,
+            sleeps: self.sleeps - earlier.sleeps,
+            handoffs: self.handoffs - earlier.handoffs,
+            early_wakes: self.early_wakes - earlier.early_wakes,
+            unlock_wakes: self.unlock_wakes - earlier.unlock_wakes,
+            head_yields: self.head_yields - earlier.head_yields,
+            streak_yields: self.streak_yields - earlier.streak_yields,
+        }
     }
 }
 
@@ -130,16 +142,17 @@ pub fn pv_stats() -> PvStats {
     let e = events();
     PvStats {
         slowpath: e.slowpath.get(),
+        pending: e.pending.get(),
+        pending_gave_up: e.pending_gave_up.get(),
+        steals: e.steals.get(),
+        queued: e.queued.get(),
         no_node: e.no_node.get(),
-        lock_stealing: e.lock_stealing.get(),
-        wait_node: e.wait_node.get(),
-        wait_early: e.wait_early.get(),
-        wait_head: e.wait_head.get(),
-        wait_again: e.wait_again.get(),
-        hash_next: e.hash_next.get(),
-        kick_unlock: e.kick_unlock.get(),
-        spurious_wakeup: e.spurious_wakeup.get(),
-        hash_hops: e.hash_hops.get(),
+        sleeps: e.sleeps.get(),
+        handoffs: e.handoffs.get(),
+        early_wakes: e.early_wakes.get(),
+        unlock_wakes: e.unlock_wakes.get(),
+        head_yields: e.head_yields.get(),
+        streak_yields: e.streak_yields.get(),
     }
 }
 

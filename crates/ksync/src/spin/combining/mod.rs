@@ -39,8 +39,11 @@
 //!
 //! # Transitions
 //!
-//! * Lock: `0 -> LOCKED` (compare-and-swap). Arriving while locked: push a
-//!   request, `p|LOCKED -> r|LOCKED` with `r.next = p`.
+//! * Lock: `0 -> LOCKED` (compare-and-swap). Arriving while locked (a
+//!   closure): look at the word a few more times, spinning a little before
+//!   each look, and take it if it is free ([`BARGE_ROUNDS`]: bounded
+//!   barging, as `parking_lot` spins before it parks); then push a request,
+//!   `p|LOCKED -> r|LOCKED` with `r.next = p`.
 //! * Serve (the holder, at unlock or after its own closure): take the next
 //!   request from `batch`, or swap the word to `LOCKED` and turn the stack
 //!   it held into a new `batch`. Run its closure (catching a panic) and set
@@ -93,218 +96,45 @@
 //! releases the lock (serving what was published) and then unwinds.
 
 use core::ptr;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 
 use crate::futex;
-use crate::relax::cpu_relax;
+use crate::relax::{cpu_relax, spin_for};
 use crate::spin_budget::SpinTimer;
-use crate::sync::{unmodelled, AtomicU32, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{AtomicU32, AtomicUsize, Ordering, UnsafeCell};
+
+mod mutex;
+mod request;
+mod stats;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use mutex::{CombiningMutex, CombiningMutexGuard};
+use request::{run_job, Job, Request, DONE, OWNER, SLEEPING, WAITING};
+pub use stats::CombiningStats;
+use stats::Counters;
 
 /// Requests one holder serves before it hands the lock over. Bounds the
 /// holder's own latency: its `with` returns after at most this many foreign
 /// critical sections. One under loom, so that models reach the hand-over.
 pub const COMBINE_LIMIT: u32 = if cfg!(loom) { 1 } else { 64 };
 
+/// Looks at a held lock before publishing: a closure is only worth
+/// publishing when the holder will not be done within a few hundred
+/// nanoseconds. With few cores a published closure costs the holder about
+/// four cache-line transfers (the word, the job, its status, and the next
+/// push), more than taking the lock after the holder leaves; measured on 2
+/// cores with a one-increment critical section, publishing at once gave
+/// 0.66x `parking_lot`'s throughput at 2 threads and three rounds of
+/// barging 1.2x. Those are `parking_lot`'s spin rounds (its `SpinWait`).
+/// One look under loom, which cares about the interleavings, not the time.
+const BARGE_ROUNDS: u32 = if cfg!(loom) { 1 } else { 3 };
+
 /// `word` bit 0: the lock is held.
 const LOCKED: usize = 1;
 
-/// Request statuses; `status` is also the owner's futex word.
-const WAITING: u32 = 0;
-const SLEEPING: u32 = 1;
-const DONE: u32 = 2;
-const OWNER: u32 = 3;
-
 /// Completed sleepers whose wake-ups a holder collects before issuing them.
 const DEFERRED_WAKES: usize = 16;
-
-// ---------------------------------------------------------------------------
-// Statistics.
-
-/// What a combining lock did, counted since it was made (or
-/// [`reset_stats`](RawCombiningLock::reset_stats)). Only slow paths count:
-/// an uncontended `with` touches none of them.
-///
-/// ```
-/// use ksync::spin::CombiningMutex;
-///
-/// let m = CombiningMutex::new(0u32);
-/// m.with(|v| *v += 1);
-/// let s = m.stats();
-/// println!("{} run for others in {} tenures", s.combined, s.tenures);
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CombiningStats {
-    /// Closures a holder ran for another thread.
-    pub combined: u64,
-    /// Holder tenures that ran at least one closure for another thread
-    /// (`combined / tenures` is the mean batch).
-    pub tenures: u64,
-    /// Times a holder handed the lock to a waiter: its combining limit was
-    /// reached, or the waiter wanted a guard.
-    pub handed_over: u64,
-    /// Times a waiter went to sleep.
-    pub sleeps: u64,
-    /// Futex wake-ups issued to sleeping waiters.
-    pub wakes: u64,
-}
-
-impl CombiningStats {
-    /// The events counted since `earlier`, an older snapshot.
-    pub fn since(&self, earlier: &CombiningStats) -> CombiningStats {
-        CombiningStats {
-            combined: self.combined.saturating_sub(earlier.combined),
-            tenures: self.tenures.saturating_sub(earlier.tenures),
-            handed_over: self.handed_over.saturating_sub(earlier.handed_over),
-            sleeps: self.sleeps.saturating_sub(earlier.sleeps),
-            wakes: self.wakes.saturating_sub(earlier.wakes),
-        }
-    }
-
-    /// Field-by-field sum (to total several locks).
-    pub fn plus(&self, other: &CombiningStats) -> CombiningStats {
-        CombiningStats {
-            combined: self.combined + other.combined,
-            tenures: self.tenures + other.tenures,
-            handed_over: self.handed_over + other.handed_over,
-            sleeps: self.sleeps + other.sleeps,
-            wakes: self.wakes + other.wakes,
-        }
-    }
-}
-
-/// The counters, kept in the lock itself: the holder updates its own with a
-/// plain load and store on a line it already owns (a shared counter would
-/// cost a cache-line transfer per tenure); only `sleeps`, counted by
-/// waiters, needs a read-modify-write. Relaxed, outside loom's model: they
-/// order nothing.
-struct Counters {
-    combined: unmodelled::AtomicU64,
-    tenures: unmodelled::AtomicU64,
-    handed_over: unmodelled::AtomicU64,
-    sleeps: unmodelled::AtomicU64,
-    wakes: unmodelled::AtomicU64,
-}
-
-impl Counters {
-    const fn new() -> Counters {
-        Counters {
-            combined: unmodelled::AtomicU64::new(0),
-            tenures: unmodelled::AtomicU64::new(0),
-            handed_over: unmodelled::AtomicU64::new(0),
-            sleeps: unmodelled::AtomicU64::new(0),
-            wakes: unmodelled::AtomicU64::new(0),
-        }
-    }
-
-    /// Adds `n` to a counter only the holder writes.
-    #[inline]
-    fn add_held(counter: &unmodelled::AtomicU64, n: u64) {
-        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> CombiningStats {
-        CombiningStats {
-            combined: self.combined.load(Ordering::Relaxed),
-            tenures: self.tenures.load(Ordering::Relaxed),
-            handed_over: self.handed_over.load(Ordering::Relaxed),
-            sleeps: self.sleeps.load(Ordering::Relaxed),
-            wakes: self.wakes.load(Ordering::Relaxed),
-        }
-    }
-
-    fn reset(&self) {
-        for c in [
-            &self.combined,
-            &self.tenures,
-            &self.handed_over,
-            &self.sleeps,
-            &self.wakes,
-        ] {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Requests.
-
-/// A published critical section (or a request for the lock itself), in its
-/// waiter's stack frame. The closure, its data and its result live around it
-/// in a [`Job`]; `run` knows how to reach them.
-#[repr(C)]
-struct Request {
-    /// Toward the request published before this one while on the stack; the
-    /// next to serve once the holder has put them in `batch`.
-    next: UnsafeCell<*const Request>,
-    status: AtomicU32,
-    /// Runs the closure and stores its result; `None` for a lock request.
-    run: Option<unsafe fn(*const Request)>,
-}
-
-impl Request {
-    fn new(run: Option<unsafe fn(*const Request)>) -> Request {
-        Request {
-            next: UnsafeCell::new(ptr::null()),
-            status: AtomicU32::new(WAITING),
-            run,
-        }
-    }
-
-    /// # Safety
-    ///
-    /// The caller owns the link: the request's owner before publishing it, or
-    /// the lock's holder after taking it.
-    #[inline]
-    unsafe fn next(&self) -> *const Request {
-        // SAFETY: per the contract nobody writes the link concurrently.
-        self.next.with(|p| unsafe { *p })
-    }
-
-    /// # Safety
-    ///
-    /// As for [`next`](Self::next).
-    #[inline]
-    unsafe fn set_next(&self, next: *const Request) {
-        // SAFETY: per the contract nobody accesses the link concurrently.
-        self.next.with_mut(|p| unsafe { *p = next })
-    }
-}
-
-/// A closure request: the header first, so a `*const Request` that came from
-/// a `Job` is a `*const Job`. Aligned to a cache line, so that a small job
-/// (header, data pointer, a few captures, the result) is one line for the
-/// holder to fetch and write back, and no other local of its owner's frame
-/// shares it.
-#[repr(C, align(64))]
-struct Job<T: ?Sized, F, R> {
-    request: Request,
-    data: *mut T,
-    f: UnsafeCell<Option<F>>,
-    result: UnsafeCell<Option<std::thread::Result<R>>>,
-}
-
-/// `Request::run` for a `Job<T, F, R>`.
-///
-/// # Safety
-///
-/// `request` is the header of a live `Job<T, F, R>` whose data the caller may
-/// access exclusively (it holds the lock), run at most once.
-unsafe fn run_job<T: ?Sized, F: FnOnce(&mut T) -> R, R>(request: *const Request) {
-    // SAFETY: per the contract, the request heads a live `Job<T, F, R>`
-    // (`repr(C)`, header first).
-    let job = unsafe { &*(request as *const Job<T, F, R>) };
-    // SAFETY: only the lock holder touches `f` and `result` between the
-    // owner's publication and `DONE`, and we hold the lock.
-    let Some(f) = job.f.with_mut(|f| unsafe { (*f).take() }) else {
-        return;
-    };
-    // SAFETY: the holder has exclusive access to the data.
-    let data = unsafe { &mut *job.data };
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| f(data)));
-    // SAFETY: as for `f`.
-    job.result.with_mut(|r| unsafe { *r = Some(outcome) });
-}
 
 /// The raw combining lock: a [`lock_api::RawMutex`] whose unlock runs the
 /// closures published by [`CombiningMutex::with`] callers. Use it through
@@ -652,7 +482,7 @@ impl RawCombiningLock {
         F: FnOnce(&mut T) -> R + Send,
         R: Send,
     {
-        if self.try_acquire() {
+        if self.try_acquire() || self.barge() {
             // SAFETY: we hold the lock, and `data` is the data it guards.
             return unsafe { self.run_own(data, f) };
         }
@@ -680,6 +510,16 @@ impl RawCombiningLock {
             Some(Err(payload)) => panic::resume_unwind(payload),
             None => unreachable!("a served job has a result"),
         }
+    }
+
+    /// Bounded barging before publishing: look at the lock [`BARGE_ROUNDS`]
+    /// times, spinning 4, 8, 16... relaxes before each look, and take it if
+    /// it is free. True if taken.
+    fn barge(&self) -> bool {
+        (0..BARGE_ROUNDS).any(|round| {
+            spin_for(4 << round);
+            self.word.load(Ordering::Relaxed) == 0 && self.try_acquire()
+        })
     }
 
     /// Runs our own critical section as the holder, then serves and releases,
@@ -746,327 +586,5 @@ unsafe impl lock_api::RawMutex for RawCombiningLock {
     #[inline]
     fn is_locked(&self) -> bool {
         self.word.load(Ordering::Relaxed) & LOCKED != 0
-    }
-}
-
-/// A mutex whose holder runs the critical sections of threads that find it
-/// held: call [`with`](CombiningMutex::with) with a closure, and it runs
-/// either here (the lock was free) or on the holder's thread, and its result
-/// comes back here. Under contention the data stays in one core's cache and
-/// a waiter that is preempted still gets its critical section done.
-///
-/// For a critical section that cannot be a closure, [`lock`](CombiningMutex::lock)
-/// returns an ordinary guard; the lock comes in publication order, after the
-/// closures published before it, and the guard's release serves what was
-/// published meanwhile.
-///
-/// Closures may run on another thread: they must be `Send`, their results
-/// too, and they must not rely on thread-locals or on which thread runs them.
-/// Calling `with` or `lock` on the same mutex from inside a closure deadlocks,
-/// as re-locking any mutex does. A panic in a closure reaches the caller
-/// whose closure it was; the mutex stays usable (there is no poisoning).
-///
-/// ```
-/// use ksync::spin::CombiningMutex;
-///
-/// let hits = CombiningMutex::new(vec![0u32; 4]);
-/// std::thread::scope(|s| {
-///     for t in 0..8 {
-///         let hits = &hits;
-///         s.spawn(move || {
-///             for _ in 0..1000 {
-///                 hits.with(|h| h[t % 4] += 1);
-///             }
-///         });
-///     }
-/// });
-/// let total: u32 = hits.with(|h| h.iter().sum());
-/// assert_eq!(total, 8000);
-/// hits.lock()[0] = 7; // the guard path
-/// assert_eq!(hits.with(|h| h[0]), 7);
-/// ```
-pub struct CombiningMutex<T: ?Sized> {
-    inner: lock_api::Mutex<RawCombiningLock, T>,
-}
-
-/// The guard of [`CombiningMutex::lock`].
-pub type CombiningMutexGuard<'a, T> = lock_api::MutexGuard<'a, RawCombiningLock, T>;
-
-impl<T> CombiningMutex<T> {
-    /// A new, unlocked mutex holding `value`.
-    #[cfg(not(loom))]
-    pub const fn new(value: T) -> Self {
-        CombiningMutex {
-            inner: lock_api::Mutex::new(value),
-        }
-    }
-
-    /// A new, unlocked mutex holding `value`.
-    #[cfg(loom)]
-    pub fn new(value: T) -> Self {
-        CombiningMutex {
-            inner: lock_api::Mutex::from_raw(RawCombiningLock::new(), value),
-        }
-    }
-
-    /// The protected value, consuming the mutex.
-    pub fn into_inner(self) -> T {
-        self.inner.into_inner()
-    }
-}
-
-impl<T: ?Sized + Send> CombiningMutex<T> {
-    /// Runs `f` on the protected data with the lock held, here or on the
-    /// holder's thread, and returns its result. Resumes `f`'s panic, if it
-    /// panicked, in this thread.
-    #[inline]
-    pub fn with<R, F>(&self, f: F) -> R
-    where
-        F: FnOnce(&mut T) -> R + Send,
-        R: Send,
-    {
-        // SAFETY: `data_ptr` is the data this lock guards, valid as long as
-        // `self`, and only accessed with the lock held.
-        unsafe { self.inner.raw().combine(self.inner.data_ptr(), f) }
-    }
-}
-
-impl<T: ?Sized> CombiningMutex<T> {
-    /// Takes the lock for a guard, in publication order behind the closures
-    /// already waiting. The guard's drop serves what was published meanwhile.
-    #[inline]
-    pub fn lock(&self) -> CombiningMutexGuard<'_, T> {
-        self.inner.lock()
-    }
-
-    /// The lock for a guard if it is free now.
-    #[inline]
-    pub fn try_lock(&self) -> Option<CombiningMutexGuard<'_, T>> {
-        self.inner.try_lock()
-    }
-
-    /// Whether some thread holds the lock.
-    #[inline]
-    pub fn is_locked(&self) -> bool {
-        self.inner.is_locked()
-    }
-
-    /// What this mutex's lock did so far; see [`CombiningStats`].
-    pub fn stats(&self) -> CombiningStats {
-        // SAFETY: reading counters does not touch the lock's state.
-        unsafe { self.inner.raw() }.stats()
-    }
-
-    /// Sets the counters back to zero; see [`RawCombiningLock::reset_stats`].
-    pub fn reset_stats(&self) {
-        // SAFETY: as for `stats`.
-        unsafe { self.inner.raw() }.reset_stats()
-    }
-
-    /// The protected data, through a unique borrow: no locking needed.
-    #[inline]
-    pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
-    }
-
-    /// The raw lock.
-    ///
-    /// # Safety
-    ///
-    /// As for [`lock_api::Mutex::raw`]: unlocking it while a guard or a
-    /// closure holds it breaks exclusion.
-    pub unsafe fn raw(&self) -> &RawCombiningLock {
-        // SAFETY: passed on to our caller.
-        unsafe { self.inner.raw() }
-    }
-}
-
-impl<T: Default> Default for CombiningMutex<T> {
-    fn default() -> Self {
-        CombiningMutex::new(T::default())
-    }
-}
-
-impl<T: ?Sized + core::fmt::Debug> core::fmt::Debug for CombiningMutex<T> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.inner.fmt(f)
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use lock_api::RawMutex;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
-
-    #[test]
-    fn uncontended_with_runs_here_and_leaves_it_free() {
-        let m = CombiningMutex::new(1u32);
-        assert_eq!(
-            m.with(|v| {
-                *v += 1;
-                *v
-            }),
-            2
-        );
-        assert!(!m.is_locked());
-        assert_eq!(unsafe { m.raw() }.word.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn a_held_lock_runs_published_closures_at_unlock() {
-        let m = Arc::new(CombiningMutex::new(Vec::<u32>::new()));
-        let guard = m.lock();
-        let waiters: Vec<_> = (0..4u32)
-            .map(|i| {
-                let waiter = Arc::clone(&m);
-                let t = std::thread::spawn(move || {
-                    waiter.with(|v| {
-                        v.push(i);
-                        std::thread::current().id()
-                    })
-                });
-                // Each publishes before the next starts: publication order is i.
-                while unsafe { m.raw() }.word.load(Ordering::Relaxed) & !LOCKED == 0
-                    || count_published(&m) < i as usize + 1
-                {
-                    std::thread::yield_now();
-                }
-                t
-            })
-            .collect();
-        let holder = std::thread::current().id();
-        drop(guard); // serves all four, in publication order, on this thread
-        for w in waiters {
-            assert_eq!(w.join().unwrap(), holder);
-        }
-        assert_eq!(m.with(|v| v.clone()), vec![0, 1, 2, 3]);
-    }
-
-    /// Requests on the stack; only meaningful while the caller holds the lock
-    /// and nobody serves.
-    fn count_published<T>(m: &CombiningMutex<T>) -> usize {
-        let raw = unsafe { m.raw() };
-        let mut p = (raw.word.load(Ordering::Acquire) & !LOCKED) as *const Request;
-        let mut n = 0;
-        while !p.is_null() {
-            n += 1;
-            p = unsafe { (*p).next() };
-        }
-        n
-    }
-
-    #[test]
-    fn a_panic_in_a_combined_closure_reaches_its_owner_and_the_lock_goes_on() {
-        let m = Arc::new(CombiningMutex::new(0u32));
-        let guard = m.lock();
-        let panicker = {
-            let m = Arc::clone(&m);
-            std::thread::spawn(move || {
-                m.with(|v| {
-                    *v += 1;
-                    panic!("boom in a combined closure");
-                })
-            })
-        };
-        while count_published(&m) == 0 {
-            std::thread::yield_now();
-        }
-        let adder = {
-            let m = Arc::clone(&m);
-            std::thread::spawn(move || m.with(|v| *v += 10))
-        };
-        while count_published(&m) < 2 {
-            std::thread::yield_now();
-        }
-        drop(guard); // runs both on this thread; this thread must not panic
-        let err = panicker.join().expect_err("the owner sees the panic");
-        assert_eq!(
-            err.downcast_ref::<&str>(),
-            Some(&"boom in a combined closure")
-        );
-        adder.join().unwrap();
-        assert_eq!(m.with(|v| *v), 11);
-        assert!(!m.is_locked());
-    }
-
-    #[test]
-    fn a_panic_in_the_holders_own_closure_releases_the_lock() {
-        let m = CombiningMutex::new(0u32);
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| m.with(|_| panic!("own"))));
-        assert!(r.is_err());
-        assert!(!m.is_locked());
-        assert_eq!(m.with(|v| *v + 1), 1);
-    }
-
-    #[test]
-    fn a_guard_request_gets_the_lock_in_its_turn() {
-        let m = Arc::new(CombiningMutex::new(Vec::<&'static str>::new()));
-        let guard = m.lock();
-        let closure = {
-            let m = Arc::clone(&m);
-            std::thread::spawn(move || m.with(|v| v.push("closure")))
-        };
-        while count_published(&m) < 1 {
-            std::thread::yield_now();
-        }
-        let locker = {
-            let m = Arc::clone(&m);
-            std::thread::spawn(move || m.lock().push("guard"))
-        };
-        while count_published(&m) < 2 {
-            std::thread::yield_now();
-        }
-        drop(guard);
-        closure.join().unwrap();
-        locker.join().unwrap();
-        assert_eq!(m.with(|v| v.clone()), vec!["closure", "guard"]);
-    }
-
-    #[test]
-    fn a_long_queue_is_handed_over_after_the_combine_limit() {
-        let m = Arc::new(CombiningMutex::new(0u64));
-        let guard = m.lock();
-        let n = COMBINE_LIMIT as usize + 8;
-        let served_by_first = Arc::new(AtomicBool::new(true));
-        let holder = std::thread::current().id();
-        let waiters: Vec<_> = (0..n)
-            .map(|_| {
-                let m = Arc::clone(&m);
-                let flag = Arc::clone(&served_by_first);
-                std::thread::spawn(move || {
-                    let ran_on = m.with(|v| {
-                        *v += 1;
-                        std::thread::current().id()
-                    });
-                    if ran_on != holder {
-                        flag.store(false, std::sync::atomic::Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        while count_published(&m) < n {
-            std::thread::yield_now();
-        }
-        drop(guard); // serves COMBINE_LIMIT, then hands over to the next
-        for w in waiters {
-            w.join().unwrap();
-        }
-        assert_eq!(m.with(|v| *v), n as u64);
-        assert!(
-            !served_by_first.load(std::sync::atomic::Ordering::Relaxed),
-            "one holder served all {n}: the limit did not hand over"
-        );
-    }
-
-    #[test]
-    fn raw_lock_try_lock_and_unlock() {
-        let raw = RawCombiningLock::new();
-        let guard = raw.try_lock().expect("free");
-        assert!(raw.try_lock().is_none());
-        assert!(raw.is_locked());
-        unsafe { raw.unlock(guard) };
-        assert!(!raw.is_locked());
     }
 }
