@@ -9,9 +9,10 @@
 //! cache line pair with its neighbours', as ksync keeps its semaphores.
 //! `down` takes a post with a compare-and-swap; with none there it polls a
 //! while (a per-thread budget learned the way ksync's sleepers learn it:
-//! doubled when a post arrived while polling, halved when it had to sleep),
-//! then announces itself in the sleeper count and sleeps on the post count
-//! while that reads 0. `up` adds its posts and collects the words with a
+//! doubled when a post arrived while polling, halved when it had to sleep,
+//! nothing below 16 polls but a 16-poll probe on one wait in 16), then
+//! announces itself in the sleeper count and sleeps on the post count while
+//! that reads 0. `up` adds its posts and collects the words with a
 //! sleeper announced; one batched wake covers them all.
 
 use super::{PlainOp, SemBackend, SemError, WaitEvents, MAX_SEMS};
@@ -25,9 +26,40 @@ const REMOVED: u32 = 1 << 31;
 /// sleepers: `ksync::sem::DEFAULT_SLEEPER_SPIN` at most).
 const MIN_POLLS: u32 = 16;
 const MAX_POLLS: u32 = ksync::sem::DEFAULT_SLEEPER_SPIN;
+/// A thread that stopped polling probes with [`MIN_POLLS`] on one wait in
+/// this many.
+const PROBE_EVERY: u32 = 16;
 
 thread_local! {
-    static POLL_BUDGET: Cell<u32> = const { Cell::new(MIN_POLLS) };
+    /// The learned budget (0: sleep at once) and the waits since a probe.
+    static POLL_BUDGET: Cell<(u32, u32)> = const { Cell::new((MIN_POLLS, 0)) };
+}
+
+/// The polls this wait may spend.
+fn poll_budget() -> u32 {
+    POLL_BUDGET.with(|b| match b.get() {
+        (0, waits) if waits + 1 < PROBE_EVERY => {
+            b.set((0, waits + 1));
+            0
+        }
+        (0, _) => {
+            b.set((0, 0));
+            MIN_POLLS
+        }
+        (budget, _) => budget.clamp(MIN_POLLS, MAX_POLLS),
+    })
+}
+
+/// Records how a wait that polled `budget` times went.
+fn learn(budget: u32, posted_while_polling: bool) {
+    let next = if posted_while_polling {
+        budget.saturating_mul(2).max(MIN_POLLS)
+    } else if budget / 2 < MIN_POLLS {
+        0
+    } else {
+        budget / 2
+    };
+    POLL_BUDGET.with(|b| b.set((next, 0)));
 }
 
 /// One semaphore: posts not yet taken, and sleepers that may be asleep on
@@ -91,7 +123,7 @@ impl FutexBatch {
         if nowait {
             return Err(SemError::Failed("nothing posted (IPC_NOWAIT)".into()));
         }
-        let budget = POLL_BUDGET.with(Cell::get).clamp(MIN_POLLS, MAX_POLLS);
+        let budget = poll_budget();
         for polls in 1..=budget {
             std::hint::spin_loop();
             if word.posts.load(Ordering::Relaxed) != 0 {
@@ -99,15 +131,17 @@ impl FutexBatch {
                     self.events
                         .polls
                         .fetch_add(u64::from(polls), Ordering::Relaxed);
-                    POLL_BUDGET.with(|b| b.set(budget.saturating_mul(2)));
+                    learn(budget, true);
                     return done;
                 }
             }
         }
-        self.events
-            .polls
-            .fetch_add(u64::from(budget), Ordering::Relaxed);
-        POLL_BUDGET.with(|b| b.set((budget / 2).max(MIN_POLLS)));
+        if budget > 0 {
+            self.events
+                .polls
+                .fetch_add(u64::from(budget), Ordering::Relaxed);
+            learn(budget, false);
+        }
         // Announce, then look again: the SeqCst increment and the SeqCst
         // load pair with the poster's SeqCst increment and fence, so either
         // the poster sees the sleeper or the sleeper sees the post.
