@@ -116,19 +116,21 @@ impl SetShared {
         wakeups: &mut Wakeups,
     ) -> bool {
         let take = |l: &mut WaitList| core::mem::take(l);
-        let list = match num {
+        let mut list = match num {
             Some(n) => self.with_sem_lists(held, n, |l| take(&mut l.zero)),
             None => self.with_global_zero(held, take),
         };
         if list.is_empty() {
             return false;
         }
-        let mut kept = WaitList::with_capacity(list.len());
         let mut completed = false;
         Counters::bump(&self.counters(held).visited, list.len() as u64);
-        for node in list {
+        // Once round the list: the blocked go back to its end, in order, so
+        // it keeps its buffer.
+        for _ in 0..list.len() {
+            let Some(node) = list.pop_front() else { break };
             match self.retry(held, node) {
-                Attempt::Blocked(_) => kept.push_back(node),
+                Attempt::Blocked(_) => list.push_back(node),
                 Attempt::Done => {
                     completed = true;
                     self.deliver(held, node, DONE, wakeups);
@@ -137,8 +139,8 @@ impl SetShared {
             }
         }
         match num {
-            Some(n) => self.with_sem_lists(held, n, |l| l.zero = kept),
-            None => self.with_global_zero(held, |l| *l = kept),
+            Some(n) => self.with_sem_lists(held, n, |l| l.zero = list),
+            None => self.with_global_zero(held, |l| *l = list),
         }
         completed
     }
@@ -193,32 +195,41 @@ impl SetShared {
         num: Option<usize>,
         wakeups: &mut Wakeups,
     ) -> bool {
-        let mut pending = match num {
+        let mut list = match num {
             Some(n) => self.with_sem_lists(held, n, |l| core::mem::take(&mut l.alter)),
             None => self.with_global_alter(held, core::mem::take),
         };
-        if pending.is_empty() {
+        if list.is_empty() {
             return false;
         }
-        let mut kept = WaitList::with_capacity(pending.len());
+        // The scan works in place, so the list keeps its buffer: entries
+        // `..kept` were skipped (still queued, in order), entries
+        // `next..len` are still to be looked at, and the ones in between
+        // were completed.
+        let entries = list.make_contiguous();
+        let mut len = entries.len();
+        let (mut next, mut kept) = (0, 0);
+        // Puts what is still to be looked at right behind what was kept.
+        let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
+            entries.copy_within(next..len, kept);
+            kept + (len - next)
+        };
         let mut completed = false;
         let mut visited = 0u64;
         loop {
-            // What the entries in `kept` (skipped since the last restart)
-            // wait for.
+            // What the kept entries (skipped since the last restart) wait for.
             let mut skipped = Skipped::default();
-            // How many entries at the front of `kept` were evaluated before
-            // the last completion that did not restart the scan.
+            // How many kept entries were evaluated before the last completion
+            // that did not restart the scan.
             let mut stale = 0;
-            'scan: while let Some(node) = pending.pop_front() {
+            while next < len {
                 // A per-semaphore list holds decrements only: nothing more
                 // can run once the value is 0.
-                if let Some(n) = num {
-                    if self.value(held, n) == 0 {
-                        pending.push_front(node);
-                        break 'scan;
-                    }
+                if num.is_some_and(|n| self.value(held, n) == 0) {
+                    break;
                 }
+                let node = entries[next];
+                next += 1;
                 visited += 1;
                 match self.retry(held, node) {
                     Attempt::Blocked(i) => {
@@ -227,7 +238,8 @@ impl SetShared {
                         skipped.waits_for_zero |= sops[i].op == 0;
                         // SAFETY: as above.
                         skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
-                        kept.push_back(node);
+                        entries[kept] = node;
+                        kept += 1;
                     }
                     Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
                     Attempt::Done => {
@@ -235,38 +247,39 @@ impl SetShared {
                         // SAFETY: the owner stays blocked until `deliver`.
                         let sops = unsafe { node.get().sops() };
                         self.wakeup_zero(held, Changed::Ops(sops), wakeups);
-                        let restart = !kept.is_empty() && skipped.may_run_after(sops);
+                        let restart = kept > 0 && skipped.may_run_after(sops);
                         self.deliver(held, node, DONE, wakeups);
                         if restart {
                             // Rescan from the head, in the same order as before.
-                            kept.append(&mut pending);
-                            pending = core::mem::take(&mut kept);
+                            len = close_gap(entries, next, kept, len);
+                            (next, kept) = (0, 0);
                             skipped = Skipped::default();
                             stale = 0;
                         } else {
-                            stale = kept.len();
+                            stale = kept;
                         }
                     }
                 }
             }
-            // SAFETY: every entry of `kept` is still queued under `held`.
+            // SAFETY: every kept entry is still queued under `held`.
             let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
-            if !kept.iter().take(stale).any(moved) {
+            if !entries[..stale].iter().any(moved) {
                 break;
             }
-            kept.append(&mut pending);
-            pending = core::mem::take(&mut kept);
+            len = close_gap(entries, next, kept, len);
+            (next, kept) = (0, 0);
         }
-        kept.append(&mut pending);
+        let len = close_gap(entries, next, kept, len);
+        list.truncate(len);
         Counters::bump(&self.counters(held).visited, visited);
         match num {
             Some(n) => self.with_sem_lists(held, n, |l| {
                 debug_assert!(l.alter.is_empty());
-                l.alter = kept;
+                l.alter = list;
             }),
             None => self.with_global_alter(held, |l| {
                 debug_assert!(l.is_empty());
-                *l = kept;
+                *l = list;
             }),
         }
         completed
