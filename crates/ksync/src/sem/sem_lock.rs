@@ -31,7 +31,8 @@
 //! wakes every other sleeper there, which would otherwise wait for a release
 //! that global mode never makes. Entering global mode takes every word in
 //! ascending order like a locker and leaves `GLOBAL` in it instead of
-//! `LOCKED`, waking every sleeper if it finds `CONTENDED`.
+//! `LOCKED`, waking every sleeper if it finds `CONTENDED` or slept itself
+//! (the release that woke it cleared the flag, and wakes only one).
 //!
 //! Calls take their semaphores in ascending order ([`LockedSems`]), and the
 //! global mode's pass goes the same way, so no two lockers wait for each
@@ -317,6 +318,10 @@ impl SetShared {
     pub(super) fn enter_global(&self, num: usize) {
         let sem = &self.sems[num];
         let mut timer = SpinTimer::one_switch();
+        // Once we slept, others may sleep on the word too, even if the
+        // release that woke us cleared CONTENDED (as a locker that slept
+        // takes the lock with CONTENDED in `lock_sem_contended`).
+        let mut slept = false;
         let mut current = sem.word.load(Ordering::Relaxed);
         loop {
             debug_assert_eq!(current & GLOBAL, 0, "global mode entered twice");
@@ -349,11 +354,14 @@ impl SetShared {
                     )
                     .is_ok()
             {
+                slept = true;
                 futex::wait(&sem.word, current | CONTENDED, None);
             }
             current = sem.word.load(Ordering::Relaxed);
         }
-        if current & CONTENDED != 0 {
+        // Lockers asleep on the word wait for a release that global mode
+        // never makes: send them all to the global path.
+        if slept || current & CONTENDED != 0 {
             futex::wake(&sem.word, u32::MAX);
         }
     }
