@@ -23,6 +23,11 @@
 //!
 //! Under `--cfg loom`, and where there is no io_uring, it is the plain loop.
 //!
+//! Waking is only half of a bulk wake-up's cost in the kernel: each wake
+//! first finds its sleeper in the process's futex hash, which Linux 6.16+
+//! sizes for the CPUs, not for the sleepers. [`note_sleeping_thread`]
+//! (`hash.rs`) grows it as threads start sleeping on words woken here.
+//!
 //! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:
 //! four structures and a dozen constants of `include/uapi/linux/io_uring.h`,
 //! their layouts checked at compile time) rather than taken from the
@@ -102,7 +107,18 @@ unsafe fn wake_loop(words: &[*const AtomicU32]) {
 }
 
 #[cfg(all(not(loom), target_os = "linux"))]
+mod hash;
+#[cfg(all(not(loom), target_os = "linux"))]
 mod uring;
+
+#[cfg(all(not(loom), target_os = "linux"))]
+pub use hash::note_sleeping_thread;
+
+/// Counts the calling thread among those that sleep on futex words and grows
+/// the process's private futex hash to match (Linux 6.16+); elsewhere, and
+/// under loom, nothing to do.
+#[cfg(not(all(not(loom), target_os = "linux")))]
+pub fn note_sleeping_thread() {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -205,6 +205,8 @@ impl Sleeper {
             waited.status = Some(status);
             return waited;
         }
+        // Wakers find us in the futex hash: it must grow with the sleepers.
+        crate::futex_batch::note_sleeping_thread();
         loop {
             waited.parks += 1;
             let timed_out = futex::wait(&self.status, PARKED, deadline) == Wake::TimedOut;

@@ -3,7 +3,9 @@
 //! (`ksync::futex_batch::wake_each`: one `io_uring_enter` per call where
 //! the kernel has `IORING_OP_FUTEX_WAKE`). What is left of a sembench burn
 //! here is what any user-space semaphore pays: a sleeper's `FUTEX_WAIT`,
-//! its share of the poster's one wake call, and the context switches.
+//! its share of the poster's one wake call, and the context switches. Its
+//! sleepers grow the process's futex hash as ksync's do
+//! (`ksync::futex_batch::note_sleeping_thread`).
 //!
 //! A semaphore is a count of posts and a count of sleepers, each on its own
 //! cache line pair with its neighbours', as ksync keeps its semaphores.
@@ -146,6 +148,8 @@ impl FutexBatch {
         // load pair with the poster's SeqCst increment and fence, so either
         // the poster sees the sleeper or the sleeper sees the post.
         word.sleepers.fetch_add(1, Ordering::SeqCst);
+        // As ksync's sleepers do: the futex hash grows with the sleepers.
+        ksync::futex_batch::note_sleeping_thread();
         let result = loop {
             if let Some(done) = Self::take(word) {
                 break done;
