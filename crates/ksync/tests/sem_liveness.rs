@@ -32,9 +32,11 @@
 #![cfg(not(loom))]
 
 mod common;
+mod sem_common;
 
 use common::PATIENCE;
 use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
+use sem_common::{stress_seed, Rng};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,44 +59,6 @@ const STALL_SNAPSHOTS: u32 = 20;
 /// [`random_call`]), and it sets new ones a few thousand times a second: no
 /// call took even 30 ms in runs on a loaded 2-CPU machine.
 const STUCK: Duration = Duration::from_secs(1);
-
-/// xorshift64*: small and seedable.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn percent(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-}
-
-fn seed(test: &str) -> u64 {
-    let s = std::env::var("KSYNC_STRESS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            t.as_nanos() as u64
-        });
-    eprintln!("{test}: KSYNC_STRESS_SEED={s}");
-    s
-}
 
 /// Pins the calling thread to `cpu`.
 fn pin(cpu: usize) {
@@ -427,7 +391,7 @@ fn watchdog(shared: &Shared, seed: u64, done: &AtomicBool) {
 /// One run: workers, the controller and the watchdog for `run`, then the
 /// set's removal. `one_cpu` pins every thread to the same CPU.
 fn run_once(test: &str, run: Duration, one_cpu: bool) {
-    let seed = seed(test);
+    let seed = stress_seed(test);
     let cpu = one_cpu.then(first_allowed_cpu);
     let shared = Arc::new(Shared::new());
     let workers: Vec<_> = (0..WORKERS)

@@ -295,11 +295,7 @@ fn table(points: &[Measured]) -> Table {
             m.show("min_burns", 0),
             m.show("max_burns", 0),
             m.show("avg_burns", 0),
-            if m.get("futex_wakes_per_burn").is_finite() {
-                m.show("futex_wakes_per_burn", 3)
-            } else {
-                "-".into()
-            },
+            shown(m, "futex_wakes_per_burn", 3),
         ]);
     }
     table
