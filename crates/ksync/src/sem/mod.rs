@@ -55,10 +55,13 @@
 //!   sleeper, and every local wake-up preempts the poster at the call's exit.
 //!   ksync submits all of a call's wake-ups with one `io_uring_enter`
 //!   (`IORING_OP_FUTEX_WAKE`, Linux 6.7), falling back to one `FUTEX_WAKE`
-//!   each where io_uring is missing or `KSYNC_NO_IO_URING=1` is set. In
-//!   sembench with 250 workers on 2 CPUs that takes ksync from 0.53x to about
-//!   0.85x the kernel's throughput; the rest is one context switch per
-//!   wake-up, which both pay (BENCHMARKS.md).
+//!   each where io_uring is missing or `KSYNC_NO_IO_URING=1` is set. Each
+//!   wake also finds its sleeper in the process's futex hash, which Linux
+//!   6.16+ sizes for the CPUs (16 slots on 2), not for the sleepers; a
+//!   sleeper's first sleep grows it (`crate::futex_batch::note_sleeping_thread`),
+//!   which halved the waker's cost per sleeper at 4096 sleepers. What is left
+//!   in sembench is one context switch per wake-up, which the kernel pays too
+//!   (BENCHMARKS.md).
 //! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
 //!   first polls its status word, for a budget each thread learns
 //!   ([`set_sleeper_spin`]), and only then sleeps; a waker only makes a futex
