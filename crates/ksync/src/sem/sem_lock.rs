@@ -476,4 +476,67 @@ mod tests {
         });
         assert_eq!(set.sems[0].word.load(Ordering::Relaxed), GLOBAL);
     }
+
+    /// Whether thread `tid` of this process is asleep (state `S`).
+    fn asleep(tid: libc::pid_t) -> bool {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let after_name = stat.rsplit_once(')')?.1;
+                after_name.split_whitespace().next().map(|s| s == "S")
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn global_entry_woken_before_a_locker_wakes_that_locker() {
+        // The release wakes one sleeper, the first to sleep: global mode's
+        // entry. It must not leave the locker behind it asleep on a word
+        // that global mode never releases (the liveness stress test's hang).
+        let set = SemSet::new(1).unwrap();
+        let set = set.shared();
+        let one = LockedSems::one(0);
+        set.lock_sems(&one).unwrap();
+        std::thread::scope(|s| {
+            let (tids, tid) = std::sync::mpsc::channel();
+            let entry = {
+                let tids = tids.clone();
+                s.spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tids.send(unsafe { libc::gettid() }).unwrap();
+                    set.enter_global(0);
+                })
+            };
+            let entry_tid = tid.recv().unwrap();
+            crate::test_common::wait_until("global entry asleep on the word", || {
+                set.sems[0].word.load(Ordering::Relaxed) & CONTENDED != 0 && asleep(entry_tid)
+            });
+            let locker = s.spawn(move || {
+                // SAFETY: as above.
+                tids.send(unsafe { libc::gettid() }).unwrap();
+                set.lock_sems(&LockedSems::one(0))
+            });
+            let locker_tid = tid.recv().unwrap();
+            crate::test_common::wait_until("the locker asleep behind it", || {
+                set.sems[0].counters.lock_waits.load(Ordering::Relaxed) == 1 && asleep(locker_tid)
+            });
+            set.unlock_sems(&one, |_| false);
+            entry.join().unwrap();
+            let start = std::time::Instant::now();
+            while !locker.is_finished() {
+                if start.elapsed() > crate::test_common::PATIENCE {
+                    // Wake it ourselves, so that the scope can end, and fail.
+                    futex::wake(&set.sems[0].word, u32::MAX);
+                    locker.join().unwrap().ok();
+                    panic!("the locker still slept on the word after global mode took it");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // It found global mode (or, woken first, got the lock before it).
+            if let Ok(()) = locker.join().unwrap() {
+                panic!("the locker got the lock although global mode took the word");
+            }
+        });
+        assert_eq!(set.sems[0].word.load(Ordering::Relaxed), GLOBAL);
+    }
 }
