@@ -81,6 +81,64 @@ fn every_backend_prints_sembench_lines_and_a_comparison() {
 }
 
 #[test]
+fn every_backend_gets_a_per_burn_breakdown_and_the_floor_runs() {
+    let json = scratch("sembench-breakdown.json");
+    let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
+        "sembench",
+        "-t",
+        "8",
+        "-w",
+        "4",
+        "-r",
+        "0.3",
+        "-o",
+        "sysv,futex-batch",
+    ]);
+    assert!(text.contains("using futex-batch operations"), "{text}");
+    assert!(text.contains("what one worker burn cost"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("per worker burn: cpu "))
+            .count(),
+        2,
+        "{text}"
+    );
+    let row = |name: &str| -> Vec<String> {
+        text.lines()
+            .rfind(|l| l.starts_with(&format!("| {name} ")))
+            .unwrap_or_else(|| panic!("no {name} row:\n{text}"))
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    // Columns: "", backend, cpu us, kernel us, vol, invol, sleeps, wake
+    // calls, lock waits, polls.
+    let (kernel, floor) = (row("sysv"), row("futex-batch"));
+    assert!(kernel[2].parse::<f64>().is_ok(), "{text}");
+    assert_eq!(kernel[6], "-", "{text}");
+    assert!(floor[9].parse::<f64>().is_ok(), "{text}");
+    let records = records(&json);
+    for r in &records {
+        assert!(
+            r["metrics"]["voluntary_switches_per_burn"]
+                .as_f64()
+                .is_some(),
+            "{r}"
+        );
+    }
+    let floor = records
+        .iter()
+        .find(|r| r["lock"] == "futex-batch")
+        .expect("floor");
+    assert!(
+        floor["metrics"]["polls_per_burn"].as_f64().is_some(),
+        "{floor}"
+    );
+}
+
+#[test]
 fn more_workers_than_one_array_and_the_chained_variant() {
     // 300 workers: two arrays of 250, posting per array.
     let text = ok(&[
@@ -190,17 +248,19 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
         "--rounds",
         "1",
     ]);
-    for backend in ["ksync-sem", "sysv", "posix-sem"] {
+    let rows = ["two-cas-floor", "ksync-sem", "sysv", "posix-sem"];
+    for backend in rows {
         assert!(
             text.lines().any(|l| l.contains(&format!("| {backend} "))),
             "no {backend} row:\n{text}"
         );
     }
+    assert!(text.contains("x two CAS"), "{text}");
     let records = records(&json);
-    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(records.len(), 6, "{records:?}");
     for r in &records {
         let lock = r["lock"].as_str().unwrap();
-        assert!(["ksync-sem", "sysv", "posix-sem"].contains(&lock), "{r}");
+        assert!(rows.contains(&lock), "{r}");
     }
     refused_with(&["semop", "--iters", "0"], "--iters");
 }

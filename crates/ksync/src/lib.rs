@@ -49,7 +49,7 @@ pub mod relax;
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod futex;
 #[cfg(any(feature = "std", loom))]
-pub(crate) mod futex_batch;
+pub mod futex_batch;
 
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod thread_slot;

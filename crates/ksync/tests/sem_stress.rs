@@ -31,7 +31,9 @@ mod common;
 mod sem_common;
 
 use ksync::sem::{SemBuf, SemSet, SemUndo, SEM_UNDO};
-use sem_common::{sb, sysv_available, KernelSet, RmOnPanic, Sems, UndoChild, Watchdog};
+use sem_common::{
+    sb, stress_seed, sysv_available, KernelSet, RmOnPanic, Rng, Sems, UndoChild, Watchdog,
+};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Barrier;
 use std::thread;
@@ -59,36 +61,6 @@ fn rounds() -> usize {
     env_or("KSYNC_STRESS_ROUNDS", ROUNDS)
 }
 const U: i16 = SEM_UNDO;
-
-/// xorshift64*: small, seedable, good enough for amounts.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed(test: &str) -> u64 {
-    let s = std::env::var("KSYNC_STRESS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            (t.as_nanos() as u64) | 1
-        });
-    eprintln!("{test}: KSYNC_STRESS_SEED={s}");
-    s
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
@@ -243,7 +215,7 @@ fn check_end<S: Sems>(s: &S, start: &[u16]) {
 
 fn run_ksync(test: &'static str, variant: Variant) {
     let _dog = Watchdog::arm(test, watchdog_limit());
-    let seed = seed(test);
+    let seed = stress_seed(test);
     let mut rng = Rng(seed);
     let start = start_values(&mut rng);
     let s = SemSet::new(NSEMS).unwrap();
@@ -269,7 +241,7 @@ fn run_kernel(test: &'static str, variant: Variant) {
         return;
     }
     let _dog = Watchdog::arm(test, watchdog_limit());
-    let seed = seed(test);
+    let seed = stress_seed(test);
     let mut rng = Rng(seed);
     let start = start_values(&mut rng);
     let k = KernelSet::create(NSEMS);

@@ -31,8 +31,9 @@ pub struct Args {
     #[arg(short = 'r', long = "run", default_value_t = 30.0)]
     pub run: f64,
     /// Comma-separated backends (see `list`): sysv (the kernel's; also ipc or 0, sembench's
-    /// -o 0), ksync-sem (also ksync), futex (also 2), posix-sem (also posix), futex-chain
-    /// (experiment: each woken worker wakes the next).
+    /// -o 0), ksync-sem (also ksync), futex (also 2), futex-batch (the floor: futex words woken
+    /// in one batched call, no SysV semantics), posix-sem (also posix), futex-chain (experiment:
+    /// each woken worker wakes the next).
     #[arg(
         short = 'o',
         long = "ops",
@@ -111,6 +112,27 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             o.burns_per_sec() as u64
         ),
     ];
+    let u = &o.usage;
+    let mut cost = vec![
+        format!(
+            "cpu {:.2} us (kernel {:.2} us)",
+            o.per_burn(u.user.as_nanos() as u64 + u.system.as_nanos() as u64) / 1e3,
+            o.per_burn(u.system.as_nanos() as u64) / 1e3
+        ),
+        format!(
+            "switches voluntary {:.3} involuntary {:.3}",
+            o.per_burn(u.voluntary_switches),
+            o.per_burn(u.involuntary_switches)
+        ),
+    ];
+    if let Some(e) = o.events {
+        cost.extend(
+            e.named()
+                .iter()
+                .map(|(k, n)| format!("{} {:.3}", k.replace('_', " "), o.per_burn(*n))),
+        );
+    }
+    lines.push(format!("per worker burn: {}", cost.join(", ")));
     if let Some(c) = o.counters {
         let per = |n: u64| n as f64 / o.total().max(1) as f64;
         let totals: Vec<String> = c.named().iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -120,7 +142,10 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             .map(|(k, n)| format!("{k} {:.3}", per(*n)))
             .collect();
         lines.push(format!("ksync counters: {}", totals.join(" ")));
-        lines.push(format!("per worker burn: {}", means.join(" ")));
+        lines.push(format!(
+            "ksync counters per worker burn: {}",
+            means.join(" ")
+        ));
     }
     if let Some(stats) = &o.lock_stats {
         // Manfred Spraul's debugging lines, times in ns instead of cycles.
@@ -169,7 +194,23 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     .metric("avg_burns", o.avg())
     .metric("post_calls", o.post_calls as f64)
     .metric("elapsed_ms", o.elapsed.as_secs_f64() * 1e3)
-    .metric("unbound_workers", o.unbound as f64);
+    .metric("unbound_workers", o.unbound as f64)
+    .metric(
+        "cpu_us_per_burn",
+        per_burn((o.usage.user + o.usage.system).as_nanos() as u64) / 1e3,
+    )
+    .metric(
+        "kernel_us_per_burn",
+        per_burn(o.usage.system.as_nanos() as u64) / 1e3,
+    )
+    .metric(
+        "voluntary_switches_per_burn",
+        per_burn(o.usage.voluntary_switches),
+    )
+    .metric(
+        "involuntary_switches_per_burn",
+        per_burn(o.usage.involuntary_switches),
+    );
     if backend.is_ksync() {
         r = r.param(
             "sleeper_spin",
@@ -178,6 +219,11 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     }
     if let Some(c) = o.counters {
         for (name, n) in c.named() {
+            r = r.metric(&format!("{name}_per_burn"), per_burn(n));
+        }
+    }
+    if let Some(e) = o.events {
+        for (name, n) in e.named() {
             r = r.metric(&format!("{name}_per_burn"), per_burn(n));
         }
     }
@@ -249,13 +295,57 @@ fn table(points: &[Measured]) -> Table {
             m.show("min_burns", 0),
             m.show("max_burns", 0),
             m.show("avg_burns", 0),
-            if m.get("futex_wakes_per_burn").is_finite() {
-                m.show("futex_wakes_per_burn", 3)
-            } else {
-                "-".into()
-            },
+            shown(m, "futex_wakes_per_burn", 3),
         ]);
     }
+    table
+}
+
+/// A metric with its `[min-max]`, or "-" where the backend has none.
+fn shown(m: &Measured, key: &str, decimals: usize) -> String {
+    if m.get(key).is_finite() {
+        m.show(key, decimals)
+    } else {
+        "-".into()
+    }
+}
+
+/// What one worker burn cost each backend: CPU time, context switches
+/// (getrusage over the run, the whole process), and the backend's own
+/// sleeps, wake calls, lock waits and polls.
+fn breakdown(points: &[Measured]) -> Table {
+    let mut table = Table::new([
+        "backend",
+        "cpu us",
+        "kernel us",
+        "switches vol",
+        "switches invol",
+        "futex sleeps",
+        "wake calls",
+        "lock waits",
+        "polls",
+    ]);
+    for m in points {
+        table.row(vec![
+            m.record.params.get("backend").cloned().unwrap_or_default(),
+            shown(m, "cpu_us_per_burn", 2),
+            shown(m, "kernel_us_per_burn", 2),
+            shown(m, "voluntary_switches_per_burn", 3),
+            shown(m, "involuntary_switches_per_burn", 3),
+            shown(m, "sleeps_per_burn", 3),
+            shown(m, "wake_calls_per_burn", 3),
+            shown(m, "lock_waits_per_burn", 3),
+            shown(m, "polls_per_burn", 1),
+        ]);
+    }
+    table.note(
+        "Per worker burn, over the measured run. cpu and switches: getrusage of the whole \
+         process (main thread included). futex sleeps, wake calls (io_uring_enter or FUTEX_WAKE), \
+         lock waits (an internal lock found taken) and polls (looks at a word before sleeping): \
+         the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
+         semtimedop per burn and its share of the poster's calls)."
+            .into(),
+    );
     table
 }
 
@@ -286,6 +376,13 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             table(&points).render()
         ));
     }
+    lab.print(&format!(
+        "\n## sembench -t {} -w {} -r {}: what one worker burn cost\n\n{}",
+        config.threads,
+        config.wake,
+        args.run,
+        breakdown(&points).render()
+    ));
     Ok(())
 }
 

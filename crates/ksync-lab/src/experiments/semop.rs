@@ -9,10 +9,10 @@
 //! System V semantics.
 
 use crate::output::lab::Lab;
-use crate::output::record::Record;
+use crate::output::record::{Measured, Record};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry};
-use crate::workloads::semop::PairCost;
+use crate::workloads::semop::{cas_pair_ns, PairCost};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -30,6 +30,9 @@ const BACKENDS: [&str; 3] = ["ksync-sem", "sysv", "posix-sem"];
 
 /// The kernel's backend, the reference of the ratios.
 const KERNEL: &str = "sysv";
+
+/// The row of the floor: two bare compare-and-swaps per down + up.
+const FLOOR: &str = "two-cas-floor";
 
 /// Pairs the kernel's backend runs, relative to the others: a system call
 /// costs about a hundred times a compare-and-swap.
@@ -63,10 +66,22 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         )
         .collect();
     lab.plan(
-        cases.len() as u64,
+        cases.len() as u64 + 1,
         Duration::from_nanos(args.iters * u64::from(args.rounds) * 30),
     );
-    let mut table = Table::new(["semaphores per call", "backend", "ns / down+up", "x sysv"]);
+    let floor = lab.measure("semop two bare compare-and-swaps", || {
+        Record::new("semop", "two bare compare-and-swaps", FLOOR, false, 1)
+            .param("iters", args.iters)
+            .param("rounds", args.rounds)
+            .metric("ns", cas_pair_ns(args.iters, args.rounds))
+    });
+    let mut table = Table::new([
+        "semaphores per call",
+        "backend",
+        "ns / down+up",
+        "x sysv",
+        "x two CAS",
+    ]);
     for sems in [1u16, 2] {
         let mut results = Vec::new();
         for &(n, backend) in cases.iter().filter(|(n, _)| *n == sems) {
@@ -107,20 +122,33 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             .iter()
             .find(|(b, _)| b.name == KERNEL)
             .map(|(_, m)| m.get("ns"));
+        let ratio = |m: &Measured| kernel.map_or("-".into(), |k| format!("{:.1}", k / m.get("ns")));
+        let to_floor = |m: &Measured| format!("{:.2}", m.get("ns") / floor.get("ns"));
+        if sems == 1 {
+            table.row(vec![
+                sems.to_string(),
+                FLOOR.to_string(),
+                floor.show("ns", 1),
+                ratio(&floor),
+                to_floor(&floor),
+            ]);
+        }
         for (backend, m) in &results {
-            let ratio = kernel.map_or("-".into(), |k| format!("{:.1}", k / m.get("ns")));
             table.row(vec![
                 sems.to_string(),
                 backend.name.to_string(),
                 m.show("ns", 1),
-                ratio,
+                ratio(m),
+                to_floor(m),
             ]);
         }
     }
     table.note(
         "x sysv: the kernel's time divided by this backend's (higher is faster). \
-         ksync's single operation is one compare-and-swap when nobody waits; two \
-         semaphores per call take the set's global lock, as in the kernel."
+         x two CAS: this backend's time divided by the floor's, two bare compare-and-swaps \
+         on one word (lower is better; 1 is the floor). ksync's single operation is one \
+         compare-and-swap when nobody waits; a call on two semaphores takes their two locks \
+         in index order."
             .into(),
     );
     lab.print(&format!(

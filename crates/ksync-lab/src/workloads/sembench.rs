@@ -27,7 +27,8 @@
 
 use crate::harness::affinity::{allowed_cpus, pin_current_thread, PinnedThread};
 use crate::harness::crew::{Crew, FirstError};
-use crate::peers::sem::{SemBackend, SemVisitor, SetCounters};
+use crate::harness::rusage::Usage;
+use crate::peers::sem::{SemBackend, SemVisitor, SetCounters, WaitEvents};
 use ksync::stat::LockStatSnapshot;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -133,6 +134,11 @@ pub struct Outcome {
     pub post_calls: u64,
     /// ksync only: the set counters over the run.
     pub counters: Option<SetCounters>,
+    /// The backend's own count of sleeps, wake calls, lock waits and polls
+    /// over the run, for a backend that keeps one.
+    pub events: Option<WaitEvents>,
+    /// The process's CPU time and context switches over the run.
+    pub usage: Usage,
     /// ksync only: the sets' lock statistics over the run (the array lock
     /// Spraul instrumented is the global one).
     pub lock_stats: Option<LockStatSnapshot>,
@@ -155,6 +161,10 @@ impl Outcome {
     }
     pub fn burns_per_sec(&self) -> f64 {
         self.total() as f64 / self.elapsed.as_secs_f64()
+    }
+    /// `n` per worker burn.
+    pub fn per_burn(&self, n: u64) -> f64 {
+        n as f64 / self.total().max(1) as f64
     }
     /// Workers posted per main-loop iteration (Spraul's 2.9 before his
     /// series, 62.8 after).
@@ -294,6 +304,15 @@ impl<B: SemBackend> Shared<B> {
             .reduce(|sum, c| Some(sum?.plus(c?)))
             .flatten()
     }
+
+    /// The sets' wait events summed, for a backend that counts them.
+    fn events(&self) -> Option<WaitEvents> {
+        self.sets
+            .iter()
+            .map(B::wait_events)
+            .reduce(|sum, e| Some(sum?.plus(e?)))
+            .flatten()
+    }
 }
 
 /// Runs sembench with `config` on backend `B`: one set of
@@ -346,7 +365,9 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     }
     let pinned_main = config.main_cpu.and_then(PinnedThread::pin);
     let before = shared.counters();
+    let events_before = shared.events();
     shared.sets.iter().for_each(B::reset_lock_stats);
+    let usage_before = Usage::now();
     let start = Instant::now();
     while !shared.failure.is_set() {
         match shared.wake_pass(config.wake, &mut last, &mut per_array) {
@@ -359,12 +380,14 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         }
     }
     let elapsed = start.elapsed();
+    let usage = Usage::now().since(usage_before);
     let lock_stats = shared
         .sets
         .iter()
         .filter_map(B::lock_stats)
         .reduce(|sum, s| sum.merged(&s));
     let counters = shared.counters().zip(before).map(|(a, b)| a.since(b));
+    let events = shared.events().zip(events_before).map(|(a, b)| a.since(b));
     drop(pinned_main);
     shutdown(
         &shared,
@@ -392,6 +415,8 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         worker_burns,
         post_calls,
         counters,
+        events,
+        usage,
         lock_stats,
         unbound: shared.unbound.load(Ordering::Relaxed),
     })
@@ -451,7 +476,7 @@ impl SemVisitor for Sembench<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::sem::{FutexChain, FutexSems, PosixSems};
+    use crate::peers::sem::{FutexBatch, FutexChain, FutexSems, PosixSems};
 
     fn small() -> Config {
         Config {
@@ -469,6 +494,7 @@ mod tests {
         for outcome in [
             run::<FutexSems>(&small()),
             run::<FutexChain>(&small()),
+            run::<FutexBatch>(&small()),
             run::<PosixSems>(&small()),
             run::<ksync::sem::SemSet>(&small()),
         ] {

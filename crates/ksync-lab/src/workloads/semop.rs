@@ -3,6 +3,8 @@
 //! cost a program pays for a semaphore nobody else wants.
 
 use crate::peers::sem::{SemBackend, SemVisitor};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 /// Best ns per pair over `rounds` rounds of `iters` pairs of `pair`.
@@ -41,6 +43,19 @@ pub fn pair_ns<B: SemBackend>(sems: u16, iters: u64, rounds: u32) -> Result<f64,
     }))
 }
 
+/// The floor under any semaphore's down + up: two bare compare-and-swaps on
+/// one word (1 to 0 with acquire, 0 to 1 with release), ns per pair.
+pub fn cas_pair_ns(iters: u64, rounds: u32) -> f64 {
+    let word = AtomicU32::new(1);
+    let word = black_box(&word);
+    best_ns(iters, rounds, || {
+        let down = word.compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed);
+        let up = word.compare_exchange(0, 1, Ordering::Release, Ordering::Relaxed);
+        debug_assert!(down.is_ok() && up.is_ok());
+        black_box(down.is_ok() & up.is_ok());
+    })
+}
+
 /// [`pair_ns`] as a visitor, for a registry entry's backend.
 pub struct PairCost {
     pub sems: u16,
@@ -73,5 +88,7 @@ mod tests {
             assert!(ns.is_finite() && ns > 0.0, "{ns}");
         }
         assert!(pair_ns::<PosixSems>(2, 100, 1).is_err());
+        let floor = cas_pair_ns(100, 1);
+        assert!(floor.is_finite() && floor > 0.0, "{floor}");
     }
 }

@@ -23,6 +23,11 @@
 //!
 //! Under `--cfg loom`, and where there is no io_uring, it is the plain loop.
 //!
+//! Waking is only half of a bulk wake-up's cost in the kernel: each wake
+//! first finds its sleeper in the process's futex hash, which Linux 6.16+
+//! sizes for the CPUs, not for the sleepers. [`note_sleeping_thread`]
+//! (`hash.rs`) grows it as threads start sleeping on words woken here.
+//!
 //! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:
 //! four structures and a dozen constants of `include/uapi/linux/io_uring.h`,
 //! their layouts checked at compile time) rather than taken from the
@@ -40,21 +45,52 @@
 use crate::sync::AtomicU32;
 
 /// Wakes one sleeper on each of `words`, with as few system calls as the
-/// kernel allows.
+/// kernel allows. Returns the system calls it made.
 ///
 /// # Safety
 ///
 /// As for [`crate::futex::wake_ptr`]: each word must have been the address of
 /// an `AtomicU32` that sleepers wait on; it need not be live any more.
-pub(crate) unsafe fn wake_all(words: &[*const AtomicU32]) {
+pub(crate) unsafe fn wake_all(words: &[*const AtomicU32]) -> usize {
     #[cfg(all(not(loom), target_os = "linux"))]
     if words.len() >= 2 {
         // SAFETY: passed on from our caller.
-        unsafe { uring::wake(words) };
-        return;
+        let by_ring = unsafe { uring::wake(words) };
+        // One `io_uring_enter` per ring batch, one `FUTEX_WAKE` per word the
+        // ring did not take.
+        return by_ring.div_ceil(uring::RING_ENTRIES as usize) + (words.len() - by_ring);
     }
     // SAFETY: passed on from our caller.
-    unsafe { wake_loop(words) }
+    unsafe { wake_loop(words) };
+    words.len()
+}
+
+/// Wakes one thread sleeping on each of `words` (`FUTEX_WAKE` with a count
+/// of 1, process-private futexes), with one `io_uring_enter` per batch where
+/// the kernel has `IORING_OP_FUTEX_WAKE` and one `FUTEX_WAKE` per word
+/// otherwise. Returns the system calls it made.
+///
+/// This is the batched wake ksync's semaphore sets use, for callers that
+/// keep their own futex words (the lab's floor for a semaphore, for one).
+///
+/// ```
+/// use std::sync::atomic::AtomicU32;
+///
+/// let words = [AtomicU32::new(0), AtomicU32::new(0)];
+/// // Nobody sleeps on them: nothing happens, and that is no error.
+/// let calls = ksync::futex_batch::wake_each(&[&words[0], &words[1]]);
+/// assert!(calls >= 1);
+/// ```
+#[cfg(not(loom))]
+pub fn wake_each(words: &[&AtomicU32]) -> usize {
+    // SAFETY: `&AtomicU32` and `*const AtomicU32` have the same layout, so
+    // the slice can be read as one of pointers; each is a live atomic, which
+    // is certainly an address `wake_all` may use as a futex key.
+    unsafe {
+        let ptrs =
+            core::slice::from_raw_parts(words.as_ptr().cast::<*const AtomicU32>(), words.len());
+        wake_all(ptrs)
+    }
 }
 
 /// One `FUTEX_WAKE` (count 1) per word: the fallback.
@@ -71,7 +107,18 @@ unsafe fn wake_loop(words: &[*const AtomicU32]) {
 }
 
 #[cfg(all(not(loom), target_os = "linux"))]
+mod hash;
+#[cfg(all(not(loom), target_os = "linux"))]
 mod uring;
+
+#[cfg(all(not(loom), target_os = "linux"))]
+pub use hash::note_sleeping_thread;
+
+/// Counts the calling thread among those that sleep on futex words and grows
+/// the process's private futex hash to match (Linux 6.16+); elsewhere, and
+/// under loom, nothing to do.
+#[cfg(not(all(not(loom), target_os = "linux")))]
+pub fn note_sleeping_thread() {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -129,8 +176,10 @@ mod tests {
 
     #[test]
     fn wake_all_wakes_every_sleeper() {
-        // SAFETY: the words are live futex words.
-        park_and_wake(40, |words| unsafe { wake_all(words) });
+        park_and_wake(40, |words| {
+            // SAFETY: the words are live futex words.
+            unsafe { wake_all(words) };
+        });
     }
 
     #[test]

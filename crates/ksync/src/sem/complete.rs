@@ -35,7 +35,7 @@
 use super::counters::Counters;
 use super::mode::Held;
 use super::perform::{Attempt, Op};
-use super::queue::{NodeRef, WaitList, Wakeups, DONE};
+use super::queue::{NodeRef, WaitList, Waited, Wakeups, DONE};
 use super::state::SetShared;
 use super::{SemBuf, SEM_UNDO};
 use crate::sync::Ordering;
@@ -116,19 +116,21 @@ impl SetShared {
         wakeups: &mut Wakeups,
     ) -> bool {
         let take = |l: &mut WaitList| core::mem::take(l);
-        let list = match num {
+        let mut list = match num {
             Some(n) => self.with_sem_lists(held, n, |l| take(&mut l.zero)),
             None => self.with_global_zero(held, take),
         };
         if list.is_empty() {
             return false;
         }
-        let mut kept = WaitList::with_capacity(list.len());
         let mut completed = false;
         Counters::bump(&self.counters(held).visited, list.len() as u64);
-        for node in list {
+        // Once round the list: the blocked go back to its end, in order, so
+        // it keeps its buffer.
+        for _ in 0..list.len() {
+            let Some(node) = list.pop_front() else { break };
             match self.retry(held, node) {
-                Attempt::Blocked(_) => kept.push_back(node),
+                Attempt::Blocked(_) => list.push_back(node),
                 Attempt::Done => {
                     completed = true;
                     self.deliver(held, node, DONE, wakeups);
@@ -137,31 +139,37 @@ impl SetShared {
             }
         }
         match num {
-            Some(n) => self.with_sem_lists(held, n, |l| l.zero = kept),
-            None => self.with_global_zero(held, |l| *l = kept),
+            Some(n) => self.with_sem_lists(held, n, |l| l.zero = list),
+            None => self.with_global_zero(held, |l| *l = list),
         }
         completed
     }
 
-    /// Runs the wait-for-zero sleepers of the semaphores `sops` names (all
-    /// semaphores if `None`) that are now zero (`do_smart_wakeup_zero`).
+    /// Runs the wait-for-zero sleepers of the semaphores `changed` touched
+    /// that are now zero (`do_smart_wakeup_zero`); if any is, the complex
+    /// ones too.
     pub(super) fn wakeup_zero(
         &self,
         held: &Held,
-        sops: Option<&[SemBuf]>,
+        changed: Changed<'_>,
         wakeups: &mut Wakeups,
     ) -> bool {
         let mut completed = false;
         let mut got_zero = false;
         let mut check = |num: usize| {
-            if self.value(num) == 0 {
+            if self.value(held, num) == 0 {
                 got_zero = true;
                 completed |= self.wake_zero_waiters(held, Some(num), wakeups);
             }
         };
-        match sops {
-            Some(sops) => sops.iter().for_each(|s| check(usize::from(s.num))),
-            None => (0..self.nsems()).for_each(&mut check),
+        match changed {
+            Changed::Ops(sops) => sops.iter().for_each(|s| check(usize::from(s.num))),
+            // The kernel looks at every semaphore after a SETVAL, and any
+            // zero among them sends it through the complex wait-for-zero
+            // sleepers. Those exist only in global mode; in per-semaphore
+            // mode the other semaphores' own sleepers are unchanged.
+            Changed::One(num) if !held.is_global() => check(num),
+            Changed::One(_) | Changed::All => (0..self.nsems()).for_each(&mut check),
         }
         if got_zero && held.is_global() {
             completed |= self.wake_zero_waiters(held, None, wakeups);
@@ -171,101 +179,136 @@ impl SetShared {
 
     /// Completes the alter sleepers that can now run, in FIFO order, on
     /// semaphore `num`'s list or (`None`) the global list (`update_queue`).
+    ///
+    /// A completion that does not restart the scan (the rescan rule) leaves
+    /// the entries skipped before it blocked, but not necessarily on the
+    /// operation they were last found blocked on: a decrement can make an
+    /// earlier operation of a complex sleeper block instead. The kernel
+    /// rescans after every completion, so its GETNCNT and GETZCNT count them
+    /// where they block now. So when such a completion left complex entries
+    /// behind, the scan ends with one more pass over what it kept, which
+    /// refreshes their blocking operation (and still completes nobody, by the
+    /// rule): the bulk wake-up stays O(N).
     pub(super) fn update_queue(
         &self,
         held: &Held,
         num: Option<usize>,
         wakeups: &mut Wakeups,
     ) -> bool {
-        let mut pending = match num {
+        let mut list = match num {
             Some(n) => self.with_sem_lists(held, n, |l| core::mem::take(&mut l.alter)),
             None => self.with_global_alter(held, core::mem::take),
         };
-        if pending.is_empty() {
+        if list.is_empty() {
             return false;
         }
-        let mut kept = WaitList::with_capacity(pending.len());
-        // What the entries in `kept` (skipped since the last restart) wait for.
-        let mut skipped = Skipped::default();
+        // The scan works in place, so the list keeps its buffer: entries
+        // `..kept` were skipped (still queued, in order), entries
+        // `next..len` are still to be looked at, and the ones in between
+        // were completed.
+        let entries = list.make_contiguous();
+        let mut len = entries.len();
+        let (mut next, mut kept) = (0, 0);
+        // Puts what is still to be looked at right behind what was kept.
+        let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
+            entries.copy_within(next..len, kept);
+            kept + (len - next)
+        };
         let mut completed = false;
         let mut visited = 0u64;
-        'scan: while let Some(node) = pending.pop_front() {
-            // A per-semaphore list holds decrements only: nothing more can
-            // run once the value is 0.
-            if let Some(n) = num {
-                if self.value(n) == 0 {
-                    pending.push_front(node);
-                    break 'scan;
+        loop {
+            // What the kept entries (skipped since the last restart) wait for.
+            let mut skipped = Skipped::default();
+            // How many kept entries were evaluated before the last completion
+            // that did not restart the scan.
+            let mut stale = 0;
+            while next < len {
+                // A per-semaphore list holds decrements only: nothing more
+                // can run once the value is 0.
+                if num.is_some_and(|n| self.value(held, n) == 0) {
+                    break;
+                }
+                let node = entries[next];
+                next += 1;
+                visited += 1;
+                match self.retry(held, node) {
+                    Attempt::Blocked(i) => {
+                        // SAFETY: still queued under `held`.
+                        let sops = unsafe { node.get().sops() };
+                        skipped.waits_for_zero |= sops[i].op == 0;
+                        // SAFETY: as above.
+                        skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                        entries[kept] = node;
+                        kept += 1;
+                    }
+                    Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+                    Attempt::Done => {
+                        completed = true;
+                        // SAFETY: the owner stays blocked until `deliver`.
+                        let sops = unsafe { node.get().sops() };
+                        self.wakeup_zero(held, Changed::Ops(sops), wakeups);
+                        let restart = kept > 0 && skipped.may_run_after(sops);
+                        self.deliver(held, node, DONE, wakeups);
+                        if restart {
+                            // Rescan from the head, in the same order as before.
+                            len = close_gap(entries, next, kept, len);
+                            (next, kept) = (0, 0);
+                            skipped = Skipped::default();
+                            stale = 0;
+                        } else {
+                            stale = kept;
+                        }
+                    }
                 }
             }
-            visited += 1;
-            let restart = match self.retry(held, node) {
-                Attempt::Blocked(i) => {
-                    // SAFETY: still queued under `held`.
-                    let sops = unsafe { node.get().sops() };
-                    skipped.waits_for_zero |= sops[i].op == 0;
-                    // SAFETY: as above.
-                    skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
-                    kept.push_back(node);
-                    continue 'scan;
-                }
-                Attempt::Failed(e) => {
-                    self.deliver(held, node, e.to_code(), wakeups);
-                    false
-                }
-                Attempt::Done => {
-                    completed = true;
-                    // SAFETY: the owner stays blocked until `deliver`.
-                    let sops = unsafe { node.get().sops() };
-                    self.wakeup_zero(held, Some(sops), wakeups);
-                    let restart = !kept.is_empty() && skipped.may_run_after(sops);
-                    self.deliver(held, node, DONE, wakeups);
-                    restart
-                }
-            };
-            if restart {
-                // Rescan from the head, in the same order as before.
-                kept.append(&mut pending);
-                pending = core::mem::take(&mut kept);
-                skipped = Skipped::default();
+            // SAFETY: every kept entry is still queued under `held`.
+            let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
+            if !entries[..stale].iter().any(moved) {
+                break;
             }
+            len = close_gap(entries, next, kept, len);
+            (next, kept) = (0, 0);
         }
-        kept.append(&mut pending);
+        let len = close_gap(entries, next, kept, len);
+        list.truncate(len);
         Counters::bump(&self.counters(held).visited, visited);
         match num {
             Some(n) => self.with_sem_lists(held, n, |l| {
                 debug_assert!(l.alter.is_empty());
-                l.alter = kept;
+                l.alter = list;
             }),
             None => self.with_global_alter(held, |l| {
                 debug_assert!(l.is_empty());
-                *l = kept;
+                *l = list;
             }),
         }
         completed
     }
 
     /// After a successful change, completes every sleeper it enabled
-    /// (`do_smart_update`). `sops` is the change (`None`: every semaphore
-    /// may have changed, as after SETALL or an undo).
+    /// (`do_smart_update`).
     pub(super) fn smart_update(
         &self,
         held: &Held,
-        sops: Option<&[SemBuf]>,
+        changed: Changed<'_>,
         mut set_otime: bool,
         wakeups: &mut Wakeups,
     ) {
-        set_otime |= self.wakeup_zero(held, sops, wakeups);
+        set_otime |= self.wakeup_zero(held, changed, wakeups);
         if !self.global_alter_is_empty(held) {
             set_otime |= self.update_queue(held, None, wakeups);
         } else {
-            match sops {
-                None => {
+            match changed {
+                Changed::All => {
                     for num in 0..self.nsems() {
                         set_otime |= self.update_queue(held, Some(num), wakeups);
                     }
                 }
-                Some(sops) => {
+                // Every other semaphore's alter sleepers are unchanged
+                // (and in global mode with complex sleepers, merged into the
+                // global list).
+                Changed::One(num) => set_otime |= self.update_queue(held, Some(num), wakeups),
+                Changed::Ops(sops) => {
                     // Decrements cannot enable an alter sleeper.
                     for sop in sops.iter().filter(|s| s.op > 0) {
                         set_otime |= self.update_queue(held, Some(usize::from(sop.num)), wakeups);
@@ -274,7 +317,12 @@ impl SetShared {
             }
         }
         if set_otime {
-            let num = sops.map_or(0, |s| usize::from(s[0].num));
+            // The kernel records the time on the first operation's
+            // semaphore, or semaphore 0 after a control call.
+            let num = match changed {
+                Changed::Ops(sops) => usize::from(sops[0].num),
+                Changed::One(_) | Changed::All => 0,
+            };
             self.touch_otime(num);
         }
     }
@@ -282,13 +330,17 @@ impl SetShared {
     // ---- sleeping ---------------------------------------------------------
 
     /// Queues `node` where wakers will look for it (the caller's own attempt
-    /// blocked under `held`).
+    /// blocked under `held`). A complex sleeper needs the global lock.
     pub(super) fn enqueue(&self, held: &Held, sops: &[SemBuf], alter: bool, node: NodeRef) {
         if sops.len() == 1 {
             let num = usize::from(sops[0].num);
+            // While complex sleepers exist (global mode) every alter
+            // sleeper queues on the global list, after them.
+            let behind_complex =
+                held.is_global() && self.global.complex_count.load(Ordering::Relaxed) > 0;
             if !alter {
                 self.with_sem_lists(held, num, |l| l.zero.push_back(node));
-            } else if self.global.complex_count.load(Ordering::Relaxed) > 0 {
+            } else if behind_complex {
                 self.with_global_alter(held, |l| l.push_back(node));
             } else {
                 self.with_sem_lists(held, num, |l| l.alter.push_back(node));
@@ -322,7 +374,10 @@ impl SetShared {
             self.with_sem_lists(held, num, |l| remove(&mut l.alter) || remove(&mut l.zero))
                 || (held.is_global() && self.with_global_alter(held, remove))
         } else {
-            self.with_global_alter(held, remove) || self.with_global_zero(held, remove)
+            // A queued complex sleeper keeps the set in global mode; one
+            // that is not queued any more may find it per-semaphore.
+            held.is_global()
+                && (self.with_global_alter(held, remove) || self.with_global_zero(held, remove))
         };
         if found && sops.len() > 1 {
             let complex = &self.global.complex_count;
@@ -333,7 +388,9 @@ impl SetShared {
 
     /// Sleepers blocked on `num`: decrements (`zero == false`) or
     /// wait-for-zero operations. Only the operation a sleeper is blocked on
-    /// counts (SUSv3, Linux since 3.16). Global lock held.
+    /// counts (SUSv3, Linux since 3.16). The global lists (global mode only)
+    /// say so in each sleeper's `blocking`; the semaphore's own hold single
+    /// operations on it.
     pub(super) fn count_sleepers(&self, held: &Held, num: usize, zero: bool) -> usize {
         let blocked_here = |list: &WaitList| {
             list.iter()
@@ -347,18 +404,55 @@ impl SetShared {
                 })
                 .count()
         };
-        let simple =
+        let mut count =
             self.with_sem_lists(
                 held,
                 num,
                 |l| if zero { l.zero.len() } else { l.alter.len() },
             );
-        let mut count = simple + self.with_global_alter(held, |l| blocked_here(l));
-        if zero {
-            count += self.with_global_zero(held, |l| blocked_here(l));
+        if held.is_global() {
+            count += self.with_global_alter(held, |l| blocked_here(l));
+            if zero {
+                count += self.with_global_zero(held, |l| blocked_here(l));
+            }
         }
         count
     }
+}
+
+impl SetShared {
+    /// Issues the wake-ups a call owes, with no lock held, and counts the
+    /// system calls on `counters`.
+    pub(super) fn wake(&self, wakeups: Wakeups, counters: &Counters) {
+        let calls = wakeups.wake_all();
+        if calls > 0 {
+            Counters::add(&counters.wake_calls, calls as u64);
+        }
+    }
+
+    /// Counts a blocked call's polls and futex waits: a single operation's on
+    /// its semaphore, a complex call's on the global counters.
+    pub(super) fn count_wait(&self, sops: &[SemBuf], waited: &Waited) {
+        let counters = match sops {
+            [sop] => &self.sems[usize::from(sop.num)].counters,
+            _ => &self.global.counters,
+        };
+        Counters::add(&counters.polls, u64::from(waited.polls));
+        if waited.parks > 0 {
+            Counters::add(&counters.parks, u64::from(waited.parks));
+        }
+    }
+}
+
+/// What a successful change touched, for [`SetShared::smart_update`].
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Changed<'a> {
+    /// A call's operations (or a completed sleeper's).
+    Ops(&'a [SemBuf]),
+    /// One semaphore, set to any value (SETVAL).
+    One(usize),
+    /// Any semaphore (SETALL, an undo context applied).
+    All,
 }
 
 #[cfg(all(test, not(loom)))]
@@ -406,7 +500,7 @@ mod tests {
         let set = set.shared();
         let held = set.lock_global();
         for (num, &v) in values.iter().enumerate() {
-            set.set_value_locked(num, v);
+            set.set_value(&held, num, v);
         }
         let nodes: Vec<Sleeper> = sleepers
             .iter()
@@ -433,7 +527,7 @@ mod tests {
         };
         assert_eq!(set.perform(&held, &op), Attempt::Done);
         let mut wakeups = Wakeups::default();
-        set.smart_update(&held, Some(post), true, &mut wakeups);
+        set.smart_update(&held, Changed::Ops(post), true, &mut wakeups);
         // Nobody parked, so nobody needs a futex wake.
         assert_eq!(wakeups.len(), 0);
         let statuses: Vec<u32> = nodes
@@ -449,7 +543,7 @@ mod tests {
             }
         }
         assert_eq!(set.global.complex_count.load(Ordering::Relaxed), 0);
-        let after = (0..values.len()).map(|n| set.value(n)).collect();
+        let after = (0..values.len()).map(|n| set.value(&held, n)).collect();
         set.unlock(held);
         (statuses, after)
     }
@@ -511,6 +605,40 @@ mod tests {
     }
 
     #[test]
+    fn a_sleeper_left_behind_by_a_completion_is_counted_where_it_now_blocks() {
+        // The issue's script: X = [1 -1, 0 -1] and Y = [1 -1] wait on two
+        // zeros; a +1 on semaphore 1 lets X's first operation pass (X is then
+        // blocked on semaphore 0), then completes Y, which takes the unit
+        // back: X blocks on semaphore 1 again, as the kernel's rescan finds.
+        let set = SemSet::new(2).unwrap();
+        let set = set.shared();
+        let held = set.lock_global();
+        let x: [SemBuf; 2] = [sb(1, -1), sb(0, -1)];
+        let y: [SemBuf; 1] = [sb(1, -1)];
+        let sleepers = [
+            Sleeper::new(&x, None, 0, false),
+            Sleeper::new(&y, None, 0, false),
+        ];
+        set.enqueue(&held, &x, true, NodeRef::new(&sleepers[0]));
+        set.enqueue(&held, &y, true, NodeRef::new(&sleepers[1]));
+        let post = [sb(1, 1)];
+        let op = Op {
+            sops: &post,
+            undo: None,
+            dupsop: false,
+        };
+        assert_eq!(set.perform(&held, &op), Attempt::Done);
+        let mut wakeups = Wakeups::default();
+        set.smart_update(&held, Changed::Ops(&post), true, &mut wakeups);
+        let status = |i: usize| sleepers[i].status.load(Ordering::Relaxed);
+        assert_eq!((status(0), status(1)), (PENDING, DONE));
+        assert_eq!(set.count_sleepers(&held, 0, false), 0);
+        assert_eq!(set.count_sleepers(&held, 1, false), 1);
+        assert!(set.unlink(&held, &x, NodeRef::new(&sleepers[0])));
+        set.unlock(held);
+    }
+
+    #[test]
     fn counts_follow_the_blocking_operation() {
         let set = SemSet::new(2).unwrap();
         let set = set.shared();
@@ -518,7 +646,7 @@ mod tests {
         let single: [SemBuf; 1] = [sb(0, -1)];
         let complex: [SemBuf; 2] = [sb(1, 0), sb(0, -1)];
         let zero: [SemBuf; 1] = [sb(1, 0)];
-        set.set_value_locked(1, 1);
+        set.set_value(&held, 1, 1);
         // Blocked on semaphore 1's wait for zero, not on semaphore 0.
         let nodes = [
             (Sleeper::new(&single, None, 0, false), &single[..], true),

@@ -1,21 +1,30 @@
-//! How much work a set's wakers did: [`SemCounters`], summed from one
-//! [`Counters`] block per lock domain (each semaphore's, and the global
-//! lock's), each written only by the holder of its lock.
+//! How much work a set's wakers and sleepers did: [`SemCounters`], summed
+//! from one [`Counters`] block per lock domain (each semaphore's, and the
+//! global lock's).
 
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::Ordering;
 
-/// Event counters of one lock's domain, written only by that lock's holder
-/// (a load and a store, no locked instruction) and summed by readers.
+/// Event counters of one lock's domain, summed by readers. The first four
+/// are written only by that lock's holder ([`bump`](Counters::bump): a load
+/// and a store, no locked instruction); the others by threads that do not
+/// hold it, a waiting locker, a sleeper, a waker after its unlock
+/// ([`add`](Counters::add), an atomic add on a path that is about to make or
+/// has just made a system call, or spins).
 #[derive(Default)]
 pub(super) struct Counters {
     pub(super) attempts: CounterU64,
     pub(super) visited: CounterU64,
     pub(super) wakeups: CounterU64,
     pub(super) futex_wakes: CounterU64,
+    pub(super) lock_waits: CounterU64,
+    pub(super) polls: CounterU64,
+    pub(super) parks: CounterU64,
+    pub(super) wake_calls: CounterU64,
 }
 
 impl Counters {
+    /// Adds `by` to a counter only the holder of its lock writes.
     pub(super) fn bump(counter: &CounterU64, by: u64) {
         counter.store(
             counter.load(Ordering::Relaxed).wrapping_add(by),
@@ -23,16 +32,26 @@ impl Counters {
         );
     }
 
+    /// Adds `by` to a counter anyone may write.
+    pub(super) fn add(counter: &CounterU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
     pub(super) fn add_to(&self, sum: &mut SemCounters) {
         sum.attempts += self.attempts.load(Ordering::Relaxed);
         sum.visited += self.visited.load(Ordering::Relaxed);
         sum.wakeups += self.wakeups.load(Ordering::Relaxed);
         sum.futex_wakes += self.futex_wakes.load(Ordering::Relaxed);
+        sum.lock_waits += self.lock_waits.load(Ordering::Relaxed);
+        sum.polls += self.polls.load(Ordering::Relaxed);
+        sum.parks += self.parks.load(Ordering::Relaxed);
+        sum.wake_calls += self.wake_calls.load(Ordering::Relaxed);
     }
 }
 
-/// How much work the set's wakers did, for the lab (Kenneth Chen's tries per
-/// wake-up, LKML, June 2003). Counted since the set was created.
+/// How much work the set's wakers and sleepers did, for the lab (Kenneth
+/// Chen's tries per wake-up, LKML, June 2003, and where a wait's time goes).
+/// Counted since the set was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SemCounters {
     /// Evaluations of an operation: each caller's own try plus every
@@ -45,6 +64,18 @@ pub struct SemCounters {
     /// Of those, sleepers that had gone to sleep in the kernel and needed a
     /// futex wake (the others were still polling).
     pub futex_wakes: u64,
+    /// Times a thread found one of the set's locks taken and had to wait
+    /// for it (spinning, then sleeping).
+    pub lock_waits: u64,
+    /// Polls of their status word blocked callers made before a result
+    /// came or they slept.
+    pub polls: u64,
+    /// `FUTEX_WAIT` calls of blocked callers (a caller completed while it
+    /// polled makes none).
+    pub parks: u64,
+    /// System calls wakers made to wake sleepers (`io_uring_enter` for a
+    /// batch, or `FUTEX_WAKE`).
+    pub wake_calls: u64,
 }
 
 #[cfg(all(test, not(loom)))]
@@ -59,6 +90,10 @@ mod tests {
         Counters::bump(&b.attempts, 1);
         Counters::bump(&b.wakeups, 2);
         Counters::bump(&b.futex_wakes, 1);
+        Counters::add(&a.polls, 16);
+        Counters::add(&b.parks, 1);
+        Counters::add(&b.wake_calls, 1);
+        Counters::add(&a.lock_waits, 2);
         let mut sum = SemCounters::default();
         a.add_to(&mut sum);
         b.add_to(&mut sum);
@@ -67,6 +102,10 @@ mod tests {
             visited: 5,
             wakeups: 2,
             futex_wakes: 1,
+            lock_waits: 2,
+            polls: 16,
+            parks: 1,
+            wake_calls: 1,
         };
         assert_eq!(sum, expected);
     }

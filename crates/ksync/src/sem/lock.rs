@@ -1,5 +1,5 @@
-//! [`RawSemLock`]: the lock a semaphore set takes around its state, one per
-//! semaphore plus one for the whole set.
+//! [`RawSemLock`]: the set's global lock (each semaphore's own lock is a bit
+//! of its word, `sem_lock.rs`, built the same way).
 //!
 //! The kernel uses spinlocks here because its lock holders are never
 //! preempted. In user space a set is typically used by far more threads than

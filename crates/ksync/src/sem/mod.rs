@@ -28,10 +28,12 @@
 //!
 //! # How it is built
 //!
-//! * **Per-semaphore locks and a global mode** (`mode.rs`): a call with one
-//!   operation takes only its semaphore's lock; a complex call switches the
-//!   set to global locking, and it switches back ten global unlocks after the
-//!   last complex sleeper left (the kernel's hysteresis).
+//! * **Per-semaphore locks and a global mode** (`mode.rs`, `sem_lock.rs`):
+//!   a call takes the locks of the semaphores it names, in ascending order,
+//!   one bit of each semaphore's word; only a complex call that must sleep,
+//!   and the control calls that need the whole set, switch it to global
+//!   locking, which lasts exactly as long as something needs it (no
+//!   hysteresis: a preempted global holder would stall every call).
 //! * **The waker completes the sleeper** (Chen, 2003; `complete.rs`): a
 //!   waker performs the sleeper's operation for it, under the lock, and
 //!   publishes the result in the sleeper's status word with a release store. The sleeper returns it
@@ -42,31 +44,36 @@
 //!   increment of 64 semaphores looks at their 64 sleepers only; a scan
 //!   restarts only when a skipped sleeper could have become runnable.
 //! * **Hot state on its own cache line** (Spraul, 2010): each semaphore (lock,
-//!   value, lists) has its own line; the mode word everyone reads is apart
-//!   from the global lock everyone writes.
+//!   value, flags in one word; its lists) has its own line; the mode flag is
+//!   apart from the global lock.
 //! * **Lock-free single operations**: a single operation on a semaphore
-//!   nobody waits on is one compare-and-swap on a word that holds the value
-//!   and the flags every locked path sets first (`word.rs`).
+//!   nobody waits on is one compare-and-swap on a word that holds the value,
+//!   the lock and the flags every locked path sets first (`word.rs`).
 //! * **Bulk wake-ups in one system call** (`crate::futex_batch`): the one thing the kernel does
 //!   cheaper than user space is waking many sleepers: it wakes 64 tasks
 //!   inside one `semop`, while a futex-based set pays one `FUTEX_WAKE` per
 //!   sleeper, and every local wake-up preempts the poster at the call's exit.
 //!   ksync submits all of a call's wake-ups with one `io_uring_enter`
 //!   (`IORING_OP_FUTEX_WAKE`, Linux 6.7), falling back to one `FUTEX_WAKE`
-//!   each where io_uring is missing or `KSYNC_NO_IO_URING=1` is set. In
-//!   sembench with 250 workers on 2 CPUs that takes ksync from 0.53x to about
-//!   0.85x the kernel's throughput; the rest is one context switch per
-//!   wake-up, which both pay (BENCHMARKS.md).
+//!   each where io_uring is missing or `KSYNC_NO_IO_URING=1` is set. Each
+//!   wake also finds its sleeper in the process's futex hash, which Linux
+//!   6.16+ sizes for the CPUs (16 slots on 2), not for the sleepers; a
+//!   sleeper's first sleep grows it (`crate::futex_batch::note_sleeping_thread`),
+//!   which halved the waker's cost per sleeper at 4096 sleepers. What is left
+//!   in sembench is one context switch per wake-up, which the kernel pays too
+//!   (BENCHMARKS.md).
 //! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
 //!   first polls its status word, for a budget each thread learns
 //!   ([`set_sleeper_spin`]), and only then sleeps; a waker only makes a futex
 //!   call for a sleeper that really went to sleep. When the wake-up comes
 //!   while the sleeper still polls, neither side enters the kernel at all.
-//! * **A sleeping lock** ([`RawSemLock`]): threads usually outnumber cores,
-//!   and a preempted spinlock holder would stall everyone.
+//! * **Locks that sleep** (`sem_lock.rs`, [`RawSemLock`]): threads usually
+//!   outnumber cores, and a preempted spinlock holder would stall everyone,
+//!   so a locker spins for about one context switch and then sleeps.
 //!
 //! [`SemCounters`] show the work: operation attempts, list entries visited,
-//! wake-ups, and how many of those needed a futex call. [`SemSet::lock_stats`]
+//! wake-ups, how many of those needed a futex call, lock waits, the
+//! sleepers' polls and futex waits, and the wakers' system calls. [`SemSet::lock_stats`]
 //! shows the global lock itself (free, contended, wait), as Spraul's series
 //! measured the kernel's array lock.
 //!
@@ -75,14 +82,15 @@
 //! | module | what |
 //! |---|---|
 //! | `set.rs` | [`SemSet`]: `semop` and `semctl`, the path of a call |
-//! | `mode.rs` | which lock a call takes: none, its semaphore's, or the global one; the hysteresis |
-//! | `word.rs` | a semaphore's value and the flags that keep lock-free operations off it |
+//! | `mode.rs` | which lock a call takes: none, its semaphores', or the global one; global mode |
+//! | `sem_lock.rs` | a semaphore's lock, a bit of its word, and the ascending set of them a call takes |
+//! | `word.rs` | a semaphore's word: the value, the lock, and the flags that keep lock-free operations off it |
 //! | `perform.rs` | evaluating an operation array: all or nothing, in array order |
 //! | `complete.rs` | the wait lists: queueing a sleeper, completing it in the waker, the rescan rule |
 //! | `queue.rs` | a sleeper's node and status word: the complete / wake handshake |
 //! | `state.rs` | the set's shared state and its cache-line layout |
 //! | `undo.rs`, `undo_entry.rs` | `SEM_UNDO`: contexts and their per-set adjustments |
-//! | `lock.rs` | [`RawSemLock`], the sleeping lock every one of the set's locks is |
+//! | `lock.rs` | [`RawSemLock`], the set's global lock |
 //! | `counters.rs`, `stamp.rs`, `error.rs` | [`SemCounters`]; pids and times; [`SemError`] |
 //!
 //! # Differences from the kernel
@@ -103,6 +111,7 @@ mod lock;
 mod mode;
 mod perform;
 mod queue;
+mod sem_lock;
 mod set;
 mod stamp;
 mod state;

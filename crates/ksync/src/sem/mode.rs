@@ -1,28 +1,41 @@
-//! How a call reaches a semaphore: without a lock, under the semaphore's own
-//! lock, or under the set's global lock (the kernel's `sem_lock`,
-//! `complexmode_enter` and `complexmode_tryleave`), and which of those locks
-//! protects what.
+//! Which lock a call takes: none, the locks of the semaphores it names, or
+//! the set's global lock; and which of those protects what (the kernel's
+//! `sem_lock`, `complexmode_enter` and `complexmode_tryleave`, rethought
+//! for threads that can be preempted while they hold a lock).
 //!
 //! # Per-semaphore and global mode
 //!
-//! Every semaphore has its own lock, and the set has a global one. A call
-//! with one operation takes only its semaphore's lock; a call with several,
-//! and every control call, takes the global lock and switches the set to
-//! global mode: `use_global` is set to [`HYSTERESIS`] and every semaphore
-//! lock is taken and released once, which waits out the single-operation
-//! calls already inside. A single-operation call reads `use_global` after
-//! taking its semaphore's lock (acquire) and falls back to the global lock
-//! while it is non-zero. Each global unlock with no complex sleeper left
-//! counts `use_global` down; the last step is a release store of 0 that
-//! pairs with that acquire load, so the next per-semaphore holder sees
-//! everything the global holders did.
+//! Every semaphore has a lock, the `LOCKED` bit of its word (`sem_lock.rs`).
+//! In per-semaphore mode a call takes the locks of the semaphores it names,
+//! in ascending order, whether it has one operation or many: a call that
+//! succeeds (or fails) at once only ever touches those semaphores and the
+//! single-operation sleepers queued on them. So sembench's poster, 64
+//! increments in one call, takes 64 word locks, each held for the few
+//! hundred nanoseconds of its call, and never stops a decrement on another
+//! semaphore.
 //!
-//! Which lock a call takes is decided in one place, [`SetShared::lock_for`]
-//! (and the two functions it calls); everything else asks the [`Held`]
-//! token it was given. Today any call with more than one operation takes the
-//! global lock, as the kernel does; a finer rule (several semaphore locks in
-//! order, say) would change `lock_for`, `Held` and [`Held::covers`], and
-//! leave the evaluation and the wait-list scans as they are.
+//! Global mode exists for what needs the whole set at once: a complex
+//! sleeper (a call on several semaphores that must wait), whose FIFO order
+//! against every other alter sleeper the kernel keeps on one list; and the
+//! control calls that read or write every semaphore atomically (GETALL,
+//! SETALL, IPC_STAT, removal, applying an undo context). Entering it takes
+//! the global lock and then every semaphore's word lock in ascending order,
+//! leaving `GLOBAL` in each word (`enter_global`). A locker that finds
+//! `GLOBAL` gives back the locks it took, waits for the global lock, and
+//! works under it while the set stays global. The global unlock that finds
+//! no complex sleeper left leaves global mode at once.
+//!
+//! The kernel instead stays in global mode for ten more global unlocks
+//! after the last complex operation (`USE_GLOBAL_LOCK_HYSTERESIS`), because
+//! switching costs a pass over every semaphore lock and its holders cannot
+//! be preempted. In user space the global lock's holder can be preempted,
+//! and while the set is global every call waits for it; so global mode
+//! lasts only as long as something needs it, and a complex call that does
+//! not sleep never enters it.
+//!
+//! Which lock a call takes is decided here ([`SetShared::lock_for`],
+//! [`SetShared::lock_global`]); everything else asks the [`Held`] token it
+//! was given.
 //!
 //! # Without a lock
 //!
@@ -30,12 +43,11 @@
 //! no lock at all ([`SetShared::try_lock_free`]): the value shares a word
 //! with four flags (`word.rs`), and with all four clear the operation is one
 //! compare-and-swap. Such an operation can neither enable nor disturb
-//! anybody. A per-semaphore holder sets `HELD` right after taking the lock;
-//! entering global mode sets `GLOBAL` on every semaphore in the same pass
-//! that waits out their holders; each clears its flag (and recomputes
-//! `SLEEPERS`) with a release store when it is done ([`SetShared::unlock`]),
-//! which the next lock-free operation's acquire load reads. So under a lock
-//! the value can still be read and written with plain loads and stores.
+//! anybody. A holder sets `LOCKED` when it takes the lock; entering global
+//! mode sets `GLOBAL`; each clears its flag (and recomputes `SLEEPERS`) with
+//! a release when it is done, which the next lock-free operation's acquire
+//! reads. So under a lock the value can still be read and written with plain
+//! loads and stores.
 //!
 //! # Who protects what
 //!
@@ -53,39 +65,25 @@ use lock_api::RawMutex;
 
 use super::counters::Counters;
 use super::error::SemError;
-use super::lock::{GlobalLock, RawSemLock};
+use super::lock::GlobalLock;
 use super::queue::WaitList;
+use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
-use super::word::{self, LockFree, GLOBAL, HELD};
-use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
+use super::word::{self, LockFree, GLOBAL, LOCKED};
+use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 
-/// Global unlocks a set stays in global mode after a complex operation (the
-/// kernel's `USE_GLOBAL_LOCK_HYSTERESIS`): switching back and forth costs a
-/// pass over every semaphore lock. Under loom 1, so that models reach
-/// per-semaphore mode after a single global unlock.
-pub(super) const HYSTERESIS: u32 = if cfg!(loom) { 1 } else { 10 };
-
-fn acquire<L: RawMutex>(lock: &L) -> L::Guard {
-    lock.lock()
-}
-
-/// # Safety
-///
-/// `guard` came from [`acquire`] on this `lock`.
-unsafe fn release<L: RawMutex>(lock: &L, guard: L::Guard) {
-    // SAFETY: per the caller's contract.
-    unsafe { lock.unlock(guard) }
-}
-
 type GlobalGuard = <GlobalLock as RawMutex>::Guard;
-type SemGuard = <RawSemLock as RawMutex>::Guard;
+
+/// The most operations a call may have for the quiet path
+/// ([`SetShared::try_quiet`]).
+pub(super) const QUIET_MAX: usize = 8;
 
 /// Which of the set's locks the caller holds.
 pub(super) enum Held {
-    /// Semaphore `.0`'s own lock, in per-semaphore mode.
-    Sem(usize, SemGuard),
+    /// The locks of these semaphores, in per-semaphore mode.
+    Sems(LockedSems),
     /// The global lock, in global mode.
     Global(GlobalGuard),
 }
@@ -98,129 +96,111 @@ impl Held {
     /// Whether this lock protects semaphore `num`.
     pub(super) fn covers(&self, num: usize) -> bool {
         match self {
-            Held::Sem(n, _) => *n == num,
+            Held::Sems(sems) => sems.contains(num),
             Held::Global(_) => true,
         }
     }
 }
 
 impl SetShared {
-    /// The counters of the lock domain `held` names.
+    /// The counters of the lock domain `held` names (for several semaphores,
+    /// the lowest one's).
     pub(super) fn counters(&self, held: &Held) -> &Counters {
         match held {
-            Held::Sem(n, _) => &self.sems[*n].counters,
+            Held::Sems(sems) => &self.sems[sems.first()].counters,
             Held::Global(_) => &self.global.counters,
         }
     }
 
     // ---- locking ----------------------------------------------------------
 
-    /// Takes the lock for a call with one operation on `num` (the kernel's
-    /// `sem_lock` with `nsops == 1`).
-    fn lock_single(&self, num: usize) -> Held {
-        let sem = &self.sems[num];
-        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
-            let guard = acquire(&sem.lock);
-            // Pairs with the release store of 0 in `unlock` that ends global
-            // mode, and with `lock_global`'s pass over the semaphore locks
-            // (the kernel's complexmode_enter), which takes this lock.
-            if self.mode.use_global.load(Ordering::Acquire) == 0 {
-                // Keeps lock-free operations off the value from now on; the
-                // acquire RMW also reads the latest value they left (pairs
-                // with their release compare-and-swap in `try_lock_free`).
-                sem.word.fetch_or(HELD, Ordering::Acquire);
-                return Held::Sem(num, guard);
-            }
-            // SAFETY: we took this lock just above.
-            unsafe { release(&sem.lock, guard) };
-        }
-        let global = acquire(&self.global.lock);
-        if self.mode.use_global.load(Ordering::Relaxed) == 0 {
-            // Global mode ended while we waited. It cannot start again while
-            // we hold the global lock, so no re-check is needed.
-            let guard = acquire(&sem.lock);
-            // As above: pairs with `try_lock_free`'s release.
-            sem.word.fetch_or(HELD, Ordering::Acquire);
-            // SAFETY: taken just above.
-            unsafe { release(&self.global.lock, global) };
-            return Held::Sem(num, guard);
-        }
-        Held::Global(global)
+    /// The locks a call on `sops` takes: its semaphores' own in
+    /// per-semaphore mode, the global lock in global mode.
+    pub(super) fn lock_for(&self, sops: &[SemBuf]) -> Held {
+        self.lock_sems_or_global(LockedSems::of(sops))
     }
 
-    /// Takes the global lock and enters global mode (complex operations,
-    /// control calls, undo, removal).
-    pub(super) fn lock_global(&self) -> Held {
-        let guard = acquire(&self.global.lock);
-        let was_global = self.mode.use_global.load(Ordering::Relaxed) > 0;
-        self.mode.use_global.store(HYSTERESIS, Ordering::Relaxed);
-        if !was_global {
-            // Wait out every per-semaphore holder: whoever takes a semaphore
-            // lock after this pass sees `use_global` set and backs off.
-            // The GLOBAL flag stops lock-free operations the same way.
-            for sem in self.sems.iter() {
-                let g = acquire(&sem.lock);
-                // Pairs with the release compare-and-swap of a lock-free
-                // operation in `try_lock_free`: its value is ours to read.
-                sem.word.fetch_or(GLOBAL, Ordering::Acquire);
-                // SAFETY: taken just above.
-                unsafe { release(&sem.lock, g) };
+    /// Semaphore `num`'s lock, or the global lock in global mode.
+    pub(super) fn lock_one(&self, num: usize) -> Held {
+        self.lock_sems_or_global(LockedSems::one(num as u16))
+    }
+
+    fn lock_sems_or_global(&self, sems: LockedSems) -> Held {
+        loop {
+            if self.lock_sems(&sems).is_ok() {
+                return Held::Sems(sems);
             }
+            // Global mode (or removal): wait for the global lock. The mode
+            // only changes under it, so what we read now holds while we keep it.
+            let guard = self.global.lock.lock();
+            if self.mode.global.load(Ordering::Relaxed) || self.is_deleted() {
+                return Held::Global(guard);
+            }
+            // Global mode ended while we waited: back to the semaphores.
+            // SAFETY: taken just above.
+            unsafe { self.global.lock.unlock(guard) };
+        }
+    }
+
+    /// Takes the global lock and enters global mode (complex sleepers,
+    /// whole-set control calls, undo, removal).
+    pub(super) fn lock_global(&self) -> Held {
+        let guard = self.global.lock.lock();
+        if !self.mode.global.load(Ordering::Relaxed) {
+            for num in 0..self.nsems() {
+                self.enter_global(num);
+            }
+            self.mode.global.store(true, Ordering::Relaxed);
         }
         Held::Global(guard)
     }
 
-    /// The lock a call with these operations needs.
-    pub(super) fn lock_for(&self, sops: &[SemBuf]) -> Held {
-        if sops.len() == 1 {
-            self.lock_single(usize::from(sops[0].num))
-        } else {
-            self.lock_global()
-        }
-    }
-
     pub(super) fn unlock(&self, held: Held) {
-        match &held {
-            Held::Sem(num, _) => self.publish_word(&held, *num, 0),
-            Held::Global(_) => {
-                if self.global.complex_count.load(Ordering::Relaxed) == 0 {
+        match held {
+            Held::Sems(sems) => self.unlock_sems(&sems, |num| self.lists_have_sleepers(num)),
+            Held::Global(guard) => {
+                if self.global.complex_count.load(Ordering::Relaxed) == 0
+                    && self.mode.global.load(Ordering::Relaxed)
+                {
                     self.unmerge_queues();
-                    let n = self.mode.use_global.load(Ordering::Relaxed);
-                    if n <= 1 {
-                        // Leave global mode: lift GLOBAL from every
-                        // semaphore, then publish everything done in global
-                        // mode to the next per-semaphore holder (see
-                        // lock_single). Nothing below touches a semaphore.
-                        for num in 0..self.nsems() {
-                            self.publish_word(&held, num, GLOBAL);
-                        }
-                        // Pairs with the acquire re-check of `use_global`
-                        // in `lock_single`.
-                        self.mode.use_global.store(0, Ordering::Release);
-                    } else {
-                        self.mode.use_global.store(n - 1, Ordering::Relaxed);
+                    // Leave global mode: lift GLOBAL from every semaphore.
+                    // The release stores hand everything done in global mode
+                    // to the next locker (pairs with the acquire
+                    // compare-and-swap in `lock_sem`) and to the next
+                    // lock-free operation (`try_lock_free`).
+                    for num in 0..self.nsems() {
+                        let word = &self.sems[num].word;
+                        let current = word.load(Ordering::Relaxed);
+                        let sleepers = self.lists_have_sleepers(num);
+                        word.store(
+                            word::published(current, GLOBAL, sleepers),
+                            Ordering::Release,
+                        );
                     }
+                    self.mode.global.store(false, Ordering::Relaxed);
                 }
+                // SAFETY: `held` proves we hold the global lock.
+                unsafe { self.global.lock.unlock(guard) };
             }
         }
+    }
+
+    // ---- values (under the lock named by `held`) ------------------------
+
+    /// Semaphore `num`'s value, which `held` covers.
+    pub(super) fn value(&self, held: &Held, num: usize) -> i32 {
         match held {
-            // SAFETY: `held` proves we hold this lock.
-            Held::Sem(num, guard) => unsafe { release(&self.sems[num].lock, guard) },
-            // SAFETY: `held` proves we hold the global lock.
-            Held::Global(guard) => unsafe { release(&self.global.lock, guard) },
+            Held::Sems(sems) => sems.value(num),
+            Held::Global(_) => self.word_value(num),
         }
     }
 
-    /// Ends a locked stretch on semaphore `num`: clears `HELD` and `lift`,
-    /// and sets `SLEEPERS` to whether its lists are non-empty, with a
-    /// release store that hands the value to the next lock-free operation
-    /// (pairs with the acquire load and compare-and-swap in
-    /// `try_lock_free`).
-    fn publish_word(&self, held: &Held, num: usize, lift: u32) {
-        let word = &self.sems[num].word;
-        let current = word.load(Ordering::Relaxed);
-        let next = word::published(current, lift, self.has_sleepers(held, num));
-        word.store(next, Ordering::Release);
+    /// Sets semaphore `num`'s value (`0..=SEMVMX`), which `held` covers.
+    pub(super) fn set_value(&self, held: &Held, num: usize, value: i32) {
+        match held {
+            Held::Sems(sems) => sems.set_value(num, value),
+            Held::Global(_) => self.set_word_value(num, value),
+        }
     }
 
     // ---- list access (all under the lock named by `held`) ----------------
@@ -293,9 +273,147 @@ impl SetShared {
         }
     }
 
-    /// Whether semaphore `num` has sleepers on its own lists.
-    fn has_sleepers(&self, held: &Held, num: usize) -> bool {
-        self.with_sem_lists(held, num, |l| !l.alter.is_empty() || !l.zero.is_empty())
+    /// Whether semaphore `num` has sleepers on its own lists. The caller
+    /// holds a lock that covers `num` and is about to release it.
+    fn lists_have_sleepers(&self, num: usize) -> bool {
+        // SAFETY: per the contract the lists are ours; the reference does
+        // not escape.
+        self.sems[num]
+            .lists
+            .with(|l| unsafe { !(*l).alter.is_empty() || !(*l).zero.is_empty() })
+    }
+
+    /// The calls that may finish without queueing anybody or looking at a
+    /// wait list: a single operation on a quiet semaphore (no lock at all,
+    /// [`try_lock_free`](Self::try_lock_free)), or a few operations on quiet
+    /// semaphores ([`try_quiet`](Self::try_quiet)). `None`: the full path.
+    #[inline]
+    pub(super) fn try_fast(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
+        match sops.len() {
+            1 => self.try_lock_free(&sops[0]),
+            2..=QUIET_MAX => self.try_quiet(sops),
+            _ => None,
+        }
+    }
+
+    /// A call of 2 to [`QUIET_MAX`] operations on distinct semaphores,
+    /// without `SEM_UNDO`, when none of them has a flag set: nobody holds
+    /// them, nobody sleeps on them, the set is not in global mode. Their word
+    /// locks are taken in ascending order as in `lock_sems`, but the call
+    /// needs nothing else: with no sleeper on its semaphores it can enable
+    /// nobody, and it changes only values, so it evaluates them in registers
+    /// and writes them back with the releases. A flag found on the way, or a
+    /// block that must sleep, gives everything back untouched: `None`, the
+    /// full path.
+    #[inline(never)]
+    pub(super) fn try_quiet(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
+        let n = sops.len();
+        // Positions in `sops`, ordered by semaphore number.
+        let mut order = [0u8; QUIET_MAX];
+        for i in 0..n {
+            let sop = &sops[i];
+            if sop.flags & SEM_UNDO != 0 || usize::from(sop.num) >= self.nsems() {
+                return None;
+            }
+            let mut at = i;
+            while at > 0 && sops[usize::from(order[at - 1])].num > sop.num {
+                order[at] = order[at - 1];
+                at -= 1;
+            }
+            if at > 0 && sops[usize::from(order[at - 1])].num == sop.num {
+                // A semaphore named twice: the full path's evaluation.
+                return None;
+            }
+            order[at] = i as u8;
+        }
+        // Each semaphore's word as we locked it, by position in `sops`.
+        let mut words = [0u32; QUIET_MAX];
+        for (k, &i) in order[..n].iter().enumerate() {
+            let i = usize::from(i);
+            let word = &self.sems[usize::from(sops[i].num)].word;
+            let current = word.load(Ordering::Relaxed);
+            // Acquire pairs with the release of the last holder
+            // (`release`, the store that leaves global mode) and of the last
+            // lock-free operation (`try_lock_free`), as in `lock_sem`.
+            if current & !word::VALUE_MASK != 0
+                || word
+                    .compare_exchange(
+                        current,
+                        current | LOCKED,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+            {
+                self.release_quiet(sops, &order[..k], &words, None);
+                return None;
+            }
+            words[i] = current;
+        }
+        // The kernel's first pass, in array order: the first operation that
+        // cannot proceed decides.
+        let mut values = [0i32; QUIET_MAX];
+        let mut outcome = Ok(());
+        for (i, sop) in sops.iter().enumerate() {
+            let value = word::value_of(words[i]);
+            let blocks = if sop.op == 0 {
+                value != 0
+            } else {
+                value + i32::from(sop.op) < 0
+            };
+            if blocks {
+                if sop.flags & IPC_NOWAIT == 0 {
+                    self.release_quiet(sops, &order[..n], &words, None);
+                    return None;
+                }
+                outcome = Err(SemError::Again);
+                break;
+            }
+            if value + i32::from(sop.op) > SEMVMX {
+                outcome = Err(SemError::Range);
+                break;
+            }
+            values[i] = value + i32::from(sop.op);
+        }
+        let done = outcome.is_ok();
+        Counters::bump(
+            &self.sems[usize::from(sops[usize::from(order[0])].num)]
+                .counters
+                .attempts,
+            1,
+        );
+        self.release_quiet(sops, &order[..n], &words, done.then_some(&values));
+        if done {
+            let pid = current_pid();
+            for sop in sops {
+                let sem_pid = &self.sems[usize::from(sop.num)].pid;
+                if sem_pid.load(Ordering::Relaxed) != pid {
+                    sem_pid.store(pid, Ordering::Relaxed);
+                }
+            }
+            self.touch_otime(usize::from(sops[0].num));
+        }
+        Some(outcome)
+    }
+
+    /// Releases the quiet call's locks of `sops[order]`, writing back
+    /// `values` (by position in `sops`) or, with `None`, the values the
+    /// words held.
+    fn release_quiet(
+        &self,
+        sops: &[SemBuf],
+        order: &[u8],
+        words: &[u32; QUIET_MAX],
+        values: Option<&[i32; QUIET_MAX]>,
+    ) {
+        for &i in order {
+            let i = usize::from(i);
+            let sem = &self.sems[usize::from(sops[i].num)];
+            let value = values.map_or(word::value_of(words[i]), |v| v[i]);
+            // Usually one compare-and-swap from the word we locked; `release`
+            // retries if a locker set CONTENDED meanwhile, and wakes it.
+            Self::release(sem, value, |w| w);
+        }
     }
 
     /// A single operation without a lock, when nothing else is going on
@@ -311,11 +429,12 @@ impl SetShared {
         }
         let would_block = || (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
         let word = &self.sems[num].word;
-        // The acquires pair with the release store in `publish_word` (the
-        // last locked stretch) and with the release half of the previous
-        // lock-free compare-and-swap; that release pairs with the next one's
-        // acquire and with the acquire `fetch_or`s in `lock_single` and
-        // `lock_global`.
+        // The acquires pair with the release swap in `release_word` and the
+        // release store that leaves global mode in `unlock` (the last locked
+        // stretch), and with the release half of the previous lock-free
+        // compare-and-swap; that release pairs with the next one's acquire
+        // and with the acquire compare-and-swaps in `lock_sem` and
+        // `enter_global`.
         let mut current = word.load(Ordering::Acquire);
         loop {
             let next = match word::lock_free_step(current, sop.op) {
@@ -351,102 +470,89 @@ mod tests {
         set.sems[num].word.load(Ordering::Relaxed) & !word::VALUE_MASK
     }
 
-    /// Ends global mode the way calls do: HYSTERESIS global unlocks.
-    fn leave_global_mode(set: &SetShared) {
-        for _ in 0..HYSTERESIS {
-            let held = set.lock_single(0);
-            assert!(held.is_global());
-            set.unlock(held);
-        }
-        assert_eq!(set.mode.use_global.load(Ordering::Relaxed), 0);
-    }
-
     #[test]
-    fn a_new_set_is_global_until_the_hysteresis_runs_out() {
+    fn a_new_set_locks_per_semaphore() {
         let set = SemSet::new(3).unwrap();
         let set = set.shared();
-        assert_eq!(set.mode.use_global.load(Ordering::Relaxed), HYSTERESIS);
-        for num in 0..3 {
-            assert_eq!(flags(set, num), GLOBAL);
-        }
-        for left in (1..HYSTERESIS).rev() {
-            let held = set.lock_single(1);
-            assert!(held.is_global(), "single operations take the global lock");
-            set.unlock(held);
-            assert_eq!(set.mode.use_global.load(Ordering::Relaxed), left);
-            assert_eq!(flags(set, 1), GLOBAL);
-        }
-        let held = set.lock_single(1);
-        set.unlock(held);
-        // The last global unlock lifted GLOBAL from every semaphore.
         for num in 0..3 {
             assert_eq!(flags(set, num), 0);
         }
-        let held = set.lock_single(1);
-        assert!(matches!(held, Held::Sem(1, _)));
-        assert_eq!(flags(set, 1), HELD);
-        assert_eq!(flags(set, 0), 0);
+        let held = set.lock_one(1);
+        assert!(matches!(&held, Held::Sems(s) if s.as_slice() == [1]));
+        assert_eq!((flags(set, 0), flags(set, 1)), (0, word::LOCKED));
         set.unlock(held);
         assert_eq!(flags(set, 1), 0);
     }
 
     #[test]
-    fn a_global_lock_restarts_the_hysteresis_and_flags_every_semaphore() {
+    fn global_mode_flags_every_semaphore_until_the_global_unlock() {
         let set = SemSet::new(2).unwrap();
         let set = set.shared();
-        leave_global_mode(set);
         let held = set.lock_global();
-        assert!(held.is_global());
-        assert_eq!(set.mode.use_global.load(Ordering::Relaxed), HYSTERESIS);
+        assert!(held.is_global() && held.covers(0) && held.covers(1));
         assert_eq!((flags(set, 0), flags(set, 1)), (GLOBAL, GLOBAL));
         set.unlock(held);
-        assert_eq!(set.mode.use_global.load(Ordering::Relaxed), HYSTERESIS - 1);
+        assert_eq!((flags(set, 0), flags(set, 1)), (0, 0));
+        assert!(!set.mode.global.load(Ordering::Relaxed));
     }
 
     #[test]
     fn a_complex_sleeper_keeps_the_set_in_global_mode() {
         let set = SemSet::new(2).unwrap();
         let set = set.shared();
+        let held = set.lock_global();
         set.global.complex_count.store(1, Ordering::Relaxed);
-        for _ in 0..2 * HYSTERESIS {
-            let held = set.lock_single(0);
-            assert!(held.is_global());
+        set.unlock(held);
+        for _ in 0..3 {
+            let held = set.lock_one(0);
+            assert!(held.is_global(), "single operations take the global lock");
             set.unlock(held);
+            assert_eq!(flags(set, 0), GLOBAL);
         }
-        assert_eq!(set.mode.use_global.load(Ordering::Relaxed), HYSTERESIS);
         set.global.complex_count.store(0, Ordering::Relaxed);
-        leave_global_mode(set);
+        // The next global unlock leaves global mode at once.
+        let held = set.lock_one(1);
+        assert!(held.is_global());
+        set.unlock(held);
+        assert_eq!((flags(set, 0), flags(set, 1)), (0, 0));
+        assert!(matches!(set.lock_one(1), Held::Sems(_)));
     }
 
     #[test]
-    fn lock_for_takes_the_global_lock_for_more_than_one_operation() {
-        let set = SemSet::new(2).unwrap();
+    fn lock_for_takes_the_lock_of_every_semaphore_named() {
+        let set = SemSet::new(3).unwrap();
         let set = set.shared();
-        leave_global_mode(set);
         let one = [SemBuf::new(1, 1, 0)];
         let held = set.lock_for(&one);
-        assert!(matches!(held, Held::Sem(1, _)));
         assert!(held.covers(1) && !held.covers(0));
         set.unlock(held);
-        let two = [SemBuf::new(1, 1, 0), SemBuf::new(1, -1, 0)];
+        let two = [
+            SemBuf::new(2, 1, 0),
+            SemBuf::new(0, -1, 0),
+            SemBuf::new(2, 1, 0),
+        ];
         let held = set.lock_for(&two);
-        assert!(held.is_global() && held.covers(0) && held.covers(1));
+        assert!(!held.is_global() && held.covers(0) && held.covers(2) && !held.covers(1));
+        assert_eq!(
+            (flags(set, 0), flags(set, 1), flags(set, 2)),
+            (word::LOCKED, 0, word::LOCKED)
+        );
         set.unlock(held);
+        assert_eq!((flags(set, 0), flags(set, 2)), (0, 0));
     }
 
     #[test]
     fn unlocking_publishes_whether_sleepers_wait() {
         let set = SemSet::new(1).unwrap();
         let set = set.shared();
-        leave_global_mode(set);
         let sops = [SemBuf::new(0, -1, 0)];
         let sleeper = Sleeper::new(&sops, None, 0, false);
         let node = NodeRef::new(&sleeper);
-        let held = set.lock_single(0);
+        let held = set.lock_one(0);
         set.with_sem_lists(&held, 0, |l| l.alter.push_back(node));
         set.unlock(held);
         assert_eq!(flags(set, 0), word::SLEEPERS);
-        let held = set.lock_single(0);
+        let held = set.lock_one(0);
         set.with_sem_lists(&held, 0, |l| l.alter.clear());
         set.unlock(held);
         assert_eq!(flags(set, 0), 0);
@@ -457,10 +563,11 @@ mod tests {
         let set = SemSet::new(2).unwrap();
         let set = set.shared();
         // Global mode: the locked path.
+        let held = set.lock_global();
         assert_eq!(set.try_lock_free(&SemBuf::new(0, 1, 0)), None);
-        leave_global_mode(set);
+        set.unlock(held);
         assert_eq!(set.try_lock_free(&SemBuf::new(0, 2, 0)), Some(Ok(())));
-        assert_eq!(set.value(0), 2);
+        assert_eq!(set.word_value(0), 2);
         assert_eq!(set.try_lock_free(&SemBuf::new(0, -2, 0)), Some(Ok(())));
         assert_eq!(set.try_lock_free(&SemBuf::new(0, 0, 0)), Some(Ok(())));
         // A block: EAGAIN under IPC_NOWAIT, else the locked path to sleep.
@@ -470,19 +577,50 @@ mod tests {
         // SEM_UNDO and a bad number always go the locked path.
         assert_eq!(set.try_lock_free(&SemBuf::new(0, 1, SEM_UNDO)), None);
         assert_eq!(set.try_lock_free(&SemBuf::new(2, 1, 0)), None);
-        // A holder's HELD flag keeps it off.
-        let held = set.lock_single(1);
+        // A holder's LOCKED flag keeps it off.
+        let held = set.lock_one(1);
         assert_eq!(set.try_lock_free(&SemBuf::new(1, 1, 0)), None);
         set.unlock(held);
         assert_eq!(set.try_lock_free(&SemBuf::new(1, 1, 0)), Some(Ok(())));
-        assert_eq!((set.value(0), set.value(1)), (0, 1));
+        assert_eq!((set.word_value(0), set.word_value(1)), (0, 1));
+    }
+
+    #[test]
+    fn a_quiet_call_runs_without_the_full_path_and_leaves_nothing_locked() {
+        let set = SemSet::new(3).unwrap();
+        let set = set.shared();
+        let sb = SemBuf::new;
+        assert_eq!(set.try_quiet(&[sb(2, 2, 0), sb(0, 1, 0)]), Some(Ok(())));
+        assert_eq!((set.word_value(0), set.word_value(2)), (1, 2));
+        // The first operation that cannot proceed decides, in array order.
+        let blocked = [sb(1, -1, IPC_NOWAIT), sb(0, i16::MAX, 0)];
+        assert_eq!(set.try_quiet(&blocked), Some(Err(SemError::Again)));
+        let range = [sb(0, i16::MAX, 0), sb(1, -1, IPC_NOWAIT)];
+        assert_eq!(set.try_quiet(&range), Some(Err(SemError::Range)));
+        // A block that must sleep, SEM_UNDO, a semaphore named twice, a
+        // number out of range: the full path, nothing changed.
+        assert_eq!(set.try_quiet(&[sb(1, -1, 0), sb(0, 1, 0)]), None);
+        assert_eq!(set.try_quiet(&[sb(0, 1, SEM_UNDO), sb(1, 1, 0)]), None);
+        assert_eq!(set.try_quiet(&[sb(0, 1, 0), sb(0, 1, 0)]), None);
+        assert_eq!(set.try_quiet(&[sb(0, 1, 0), sb(3, 1, 0)]), None);
+        // A flag on any semaphore (here a holder's lock) sends it there too,
+        // and gives back the locks taken before.
+        let held = set.lock_one(2);
+        assert_eq!(set.try_quiet(&[sb(0, 1, 0), sb(2, 1, 0)]), None);
+        set.unlock(held);
+        for num in 0..3 {
+            assert_eq!(flags(set, num), 0, "semaphore {num}");
+        }
+        assert_eq!(
+            (set.word_value(0), set.word_value(1), set.word_value(2)),
+            (1, 0, 2)
+        );
     }
 
     #[test]
     fn merging_moves_alter_sleepers_to_the_global_list_and_back() {
         let set = SemSet::new(3).unwrap();
         let set = set.shared();
-        leave_global_mode(set);
         let sops: Vec<[SemBuf; 1]> = [0u16, 2, 2, 1]
             .iter()
             .map(|&num| [SemBuf::new(num, -1, 0)])
@@ -495,7 +633,7 @@ mod tests {
         for &node in &nodes {
             // SAFETY: the sleeper is alive for the whole test.
             let num = usize::from(unsafe { node.get().sops() }[0].num);
-            let held = set.lock_single(num);
+            let held = set.lock_one(num);
             set.with_sem_lists(&held, num, |l| l.alter.push_back(node));
             set.unlock(held);
         }

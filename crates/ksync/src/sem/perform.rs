@@ -111,14 +111,14 @@ impl SetShared {
     pub(super) fn perform(&self, held: &Held, op: &Op<'_>) -> Attempt {
         Counters::bump(&self.counters(held).attempts, 1);
         if op.dupsop {
-            return self.perform_sequential(op);
+            return self.perform_sequential(held, op);
         }
         // First pass: check only. The first operation that blocks or fails
         // decides, so a later out-of-range value is not reported if an
         // earlier operation blocks.
         for (i, sop) in op.sops.iter().enumerate() {
             let num = usize::from(sop.num);
-            let value = self.value(num);
+            let value = self.value(held, num);
             if sop.op == 0 && value != 0 {
                 return blocked(i, sop);
             }
@@ -144,7 +144,7 @@ impl SetShared {
                 let undo = undo_of(op);
                 undo.set(num, undo.get(num) - i32::from(sop.op));
             }
-            self.set_value_locked(num, self.value(num) + i32::from(sop.op));
+            self.set_value(held, num, self.value(held, num) + i32::from(sop.op));
             self.sems[num].pid.store(pid, Ordering::Relaxed);
         }
         Attempt::Done
@@ -153,12 +153,12 @@ impl SetShared {
     /// The evaluation for arrays that touch a semaphore more than once:
     /// apply each operation to the live values so later ones see earlier
     /// ones, and roll everything back on a block or an error.
-    fn perform_sequential(&self, op: &Op<'_>) -> Attempt {
+    fn perform_sequential(&self, held: &Held, op: &Op<'_>) -> Attempt {
         let mut outcome = None;
         let mut applied = 0;
         for (i, sop) in op.sops.iter().enumerate() {
             let num = usize::from(sop.num);
-            let value = self.value(num);
+            let value = self.value(held, num);
             if sop.op == 0 && value != 0 {
                 outcome = Some(blocked(i, sop));
                 break;
@@ -181,7 +181,7 @@ impl SetShared {
                 }
                 undo.set(num, adj);
             }
-            self.set_value_locked(num, result);
+            self.set_value(held, num, result);
             applied = i + 1;
         }
         match outcome {
@@ -197,7 +197,7 @@ impl SetShared {
             Some(outcome) => {
                 for sop in op.sops[..applied].iter().rev() {
                     let num = usize::from(sop.num);
-                    self.set_value_locked(num, self.value(num) - i32::from(sop.op));
+                    self.set_value(held, num, self.value(held, num) - i32::from(sop.op));
                     if sop.flags & SEM_UNDO != 0 {
                         let undo = undo_of(op);
                         undo.set(num, undo.get(num) + i32::from(sop.op));
@@ -230,10 +230,10 @@ mod tests {
         let set = set.shared();
         let held = set.lock_global();
         for (num, &v) in values.iter().enumerate() {
-            set.set_value_locked(num, v);
+            set.set_value(&held, num, v);
         }
         let attempt = set.perform(&held, &Op { sops, undo, dupsop });
-        let after = (0..values.len()).map(|n| set.value(n)).collect();
+        let after = (0..values.len()).map(|n| set.value(&held, n)).collect();
         set.unlock(held);
         (attempt, after)
     }

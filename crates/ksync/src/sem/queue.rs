@@ -53,50 +53,68 @@ pub(super) const DONE: u32 = 2;
 /// Default for [`set_sleeper_spin`].
 pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 1000 };
 
-/// Polls a thread keeps even after its spins kept failing, so it notices
-/// when waits become short again.
+/// The fewest polls a thread that polls at all spends on a wait.
 const MIN_SPIN: u32 = 16;
+
+/// A thread whose polls kept failing sleeps at once, except on one wait in
+/// this many, which it polls for [`MIN_SPIN`] to notice when waits become
+/// short again.
+const PROBE_EVERY: u32 = 16;
 
 static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
 
 std::thread_local! {
-    /// This thread's learned poll budget: doubled when a wait ended while
-    /// polling, halved when it had to park.
-    static SPIN_BUDGET: core::cell::Cell<u32> = const { core::cell::Cell::new(MIN_SPIN) };
+    /// This thread's learned poll budget (0: sleep at once), and the waits
+    /// since it last probed.
+    static SPIN_BUDGET: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((MIN_SPIN, 0)) };
 }
 
 /// Sets the most times a blocked `semop` polls its status word before it
 /// sleeps in the kernel, for every set in the process. 0 sleeps at once.
 ///
-/// A poll is one `cpu_relax` (a few to tens of nanoseconds). A sleeper
-/// completed while it still polls costs neither it nor the waker a system
-/// call; polling for a wake-up that comes much later only burns CPU time the
-/// poster may need. So each thread learns its own budget between 16 polls and
-/// this limit: doubled when a wait ended during the poll, halved when it had
-/// to sleep. Ping-pong between two threads learns to poll; sembench's 250
-/// workers, reposted only after hundreds of other wake-ups, learn not to.
+/// A poll is one `cpu_relax` (a few to tens of nanoseconds: 24 ns on the
+/// machine BENCHMARKS.md describes). A sleeper completed while it still polls
+/// costs neither it nor the waker a system call; polling for a wake-up that
+/// comes much later only burns CPU time the poster may need. So each thread
+/// learns its own budget, up to this limit: doubled when a wait ended during
+/// the poll, halved when it had to sleep, and dropped to nothing below 16
+/// polls, after which the thread sleeps at once and only probes with 16
+/// polls on one wait in 16. Ping-pong between two threads learns to poll;
+/// sembench's 250 workers, reposted only after hundreds of other wake-ups,
+/// learn not to.
 pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
 
-/// The polls this wait may spend, and a way to report how it went.
+/// The polls this wait may spend (see [`set_sleeper_spin`]).
 fn spin_budget() -> u32 {
     let limit = SLEEPER_SPIN.load(Ordering::Relaxed);
     if limit == 0 {
         return 0;
     }
-    SPIN_BUDGET
-        .with(|b| b.get())
-        .clamp(MIN_SPIN.min(limit), limit)
+    SPIN_BUDGET.with(|b| match b.get() {
+        (0, waits) if waits + 1 < PROBE_EVERY => {
+            b.set((0, waits + 1));
+            0
+        }
+        (0, _) => {
+            b.set((0, 0));
+            MIN_SPIN.min(limit)
+        }
+        (budget, _) => budget.clamp(MIN_SPIN.min(limit), limit),
+    })
 }
 
+/// Records how a wait that polled `budget` times went.
 fn learn(budget: u32, completed_while_polling: bool) {
     let next = if completed_while_polling {
-        budget.saturating_mul(2)
+        budget.saturating_mul(2).max(MIN_SPIN)
+    } else if budget / 2 < MIN_SPIN {
+        0
     } else {
         budget / 2
     };
-    SPIN_BUDGET.with(|b| b.set(next.max(MIN_SPIN)));
+    SPIN_BUDGET.with(|b| b.set((next, 0)));
 }
 
 /// One blocked `semop` call.
@@ -151,26 +169,32 @@ impl Sleeper {
         unsafe { self.undo.as_ref() }
     }
 
-    /// Waits until a waker delivers a result or `deadline` passes. Returns the
-    /// status word if it holds a result, or `None` on time-out (the node may
-    /// still be queued: the caller settles that under the lock).
-    pub(super) fn wait(&self, deadline: Option<Instant>) -> Option<u32> {
+    /// Waits until a waker delivers a result or `deadline` passes. The
+    /// result's `status` holds the status word if it holds a result, `None`
+    /// on time-out (the node may still be queued: the caller settles that
+    /// under the lock).
+    pub(super) fn wait(&self, deadline: Option<Instant>) -> Waited {
         let spins = spin_budget();
+        let mut waited = Waited::default();
         // Every acquire load of `status` here pairs with the release swap in
         // `Wakeups::deliver`: a result read is the waker's whole operation.
         for i in 0..spins {
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
                 learn(spins, true);
-                return Some(status);
+                waited.polls = i + 1;
+                waited.status = Some(status);
+                return waited;
             }
             // Reading the clock costs more than a poll, so check the deadline
             // only now and then.
             if i % 64 == 63 && deadline.is_some_and(|d| Instant::now() >= d) {
-                return None;
+                waited.polls = i + 1;
+                return waited;
             }
             cpu_relax();
         }
+        waited.polls = spins;
         if spins > 0 {
             learn(spins, false);
         }
@@ -178,19 +202,35 @@ impl Sleeper {
             self.status
                 .compare_exchange(PENDING, PARKED, Ordering::Relaxed, Ordering::Acquire)
         {
-            return Some(status);
+            waited.status = Some(status);
+            return waited;
         }
+        // Wakers find us in the futex hash: it must grow with the sleepers.
+        crate::futex_batch::note_sleeping_thread();
         loop {
+            waited.parks += 1;
             let timed_out = futex::wait(&self.status, PARKED, deadline) == Wake::TimedOut;
             let status = self.status.load(Ordering::Acquire);
             if status >= DONE {
-                return Some(status);
+                waited.status = Some(status);
+                return waited;
             }
             if timed_out {
-                return None;
+                return waited;
             }
         }
     }
+}
+
+/// How a [`Sleeper::wait`] went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waited {
+    /// The delivered status, `None` if the deadline passed first.
+    pub(super) status: Option<u32>,
+    /// Polls of the status word before the result came or the owner slept.
+    pub(super) polls: u32,
+    /// `FUTEX_WAIT` calls.
+    pub(super) parks: u32,
 }
 
 /// A pointer to a queued [`Sleeper`]. Lists only hold nodes whose owners are
@@ -255,17 +295,46 @@ impl Wakeups {
         self.words.len()
     }
 
-    /// Wakes every parked sleeper. Call it with no lock held.
-    pub(super) fn wake_all(self) {
+    /// Wakes every parked sleeper. Call it with no lock held. Returns the
+    /// system calls it took.
+    pub(super) fn wake_all(self) -> usize {
         if self.words.len() >= 2 {
             // SAFETY: as below, for each word: one batched system call.
-            unsafe { crate::futex_batch::wake_all(&self.words) };
-            return;
+            return unsafe { crate::futex_batch::wake_all(&self.words) };
         }
-        for word in self.words {
+        for &word in &self.words {
             // SAFETY: `word` is only a key for FUTEX_WAKE; the node may be
             // gone, and a wake of whatever lives there now is spurious.
             unsafe { futex::wake_ptr(word, 1) };
         }
+        self.words.len()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_whose_polls_fail_stops_polling_and_probes_now_and_then() {
+        // A fresh thread, so that no other test's waits taught it anything.
+        std::thread::spawn(|| {
+            assert_eq!(spin_budget(), MIN_SPIN);
+            learn(MIN_SPIN, true);
+            assert_eq!(spin_budget(), 2 * MIN_SPIN);
+            learn(2 * MIN_SPIN, false);
+            assert_eq!(spin_budget(), MIN_SPIN);
+            learn(MIN_SPIN, false);
+            // Below 16 polls: sleep at once, but probe on one wait in 16.
+            let budgets: Vec<u32> = (0..2 * PROBE_EVERY).map(|_| spin_budget()).collect();
+            let probes = budgets.iter().filter(|&&b| b == MIN_SPIN).count();
+            assert_eq!(probes, 2, "{budgets:?}");
+            assert!(budgets.iter().all(|&b| b == 0 || b == MIN_SPIN));
+            // A probe that succeeds brings polling back.
+            learn(MIN_SPIN, true);
+            assert_eq!(spin_budget(), 2 * MIN_SPIN);
+        })
+        .join()
+        .unwrap();
     }
 }

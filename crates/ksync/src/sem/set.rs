@@ -3,11 +3,13 @@
 //! A `semop` goes through the other modules in this order: the argument
 //! checks and errors in the kernel's order; one lock-free attempt for a
 //! single operation (`mode.rs`, `word.rs`); the pre-scan (`perform.rs`); the
-//! lock the call needs (`mode.rs`); the evaluation (`perform.rs`); on
-//! success the completion of every sleeper it enabled (`complete.rs`), and
-//! the wake-ups after the lock is dropped; on a block, the sleeper queued
-//! (`complete.rs`) and its wait for a waker's result (`queue.rs`). Control
-//! calls take the global lock, change what they change, and complete
+//! locks the call needs, its semaphores' own or the global one (`mode.rs`,
+//! `sem_lock.rs`); the evaluation (`perform.rs`); on success the completion
+//! of every sleeper it enabled (`complete.rs`), and the wake-ups after the
+//! locks are dropped; on a block, the sleeper queued (`complete.rs`; a
+//! complex call first enters global mode) and its wait for a waker's result
+//! (`queue.rs`). Control calls on one semaphore take that semaphore's lock,
+//! the others the global lock; they change what they change and complete
 //! sleepers the same way.
 
 use std::sync::{Arc, Mutex};
@@ -15,16 +17,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_utils::CachePadded;
 
+use super::complete::Changed;
 use super::counters::{Counters, SemCounters};
 use super::error::SemError;
-use super::lock::{new_global_lock, RawSemLock};
-use super::mode::{Held, HYSTERESIS};
+use super::lock::new_global_lock;
+use super::mode::Held;
 use super::perform::{scan, Attempt, Op};
 use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
-use super::word::{GLOBAL, REMOVED};
+use super::word::REMOVED;
 use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
@@ -88,9 +91,7 @@ impl SemSet {
         let sems = (0..nsems)
             .map(|_| {
                 CachePadded::new(Sem {
-                    lock: RawSemLock::new(),
-                    // A new set starts in global mode.
-                    word: AtomicU32::new(GLOBAL),
+                    word: AtomicU32::new(0),
                     pid: AtomicI32::new(0),
                     otime: CounterU64::new(0),
                     lists: UnsafeCell::new(SemLists::default()),
@@ -100,8 +101,9 @@ impl SemSet {
             .collect();
         let shared = SetShared {
             mode: CachePadded::new(Mode {
-                // Like the kernel, a new set starts in global mode.
-                use_global: AtomicU32::new(HYSTERESIS),
+                // Unlike the kernel's, a new set starts in per-semaphore
+                // mode: global mode lasts only while something needs it.
+                global: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
             }),
             global: CachePadded::new(Global {
@@ -133,7 +135,11 @@ impl SemSet {
 
     /// Performs `sops` atomically, blocking until that is possible, like
     /// `semop(2)`. `SEM_UNDO` needs [`semop_undo`](Self::semop_undo).
+    #[inline]
     pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
+        if let Some(done) = self.shared.try_fast(sops) {
+            return done;
+        }
         self.op(sops, None, None)
     }
 
@@ -141,7 +147,11 @@ impl SemSet {
     /// operation cannot be performed before it expires the call fails with
     /// [`SemError::Again`]. `None` waits forever; a zero timeout fails at
     /// once if the operation would block.
+    #[inline]
     pub fn semtimedop(&self, sops: &[SemBuf], timeout: Option<Duration>) -> Result<(), SemError> {
+        if let Some(done) = self.shared.try_fast(sops) {
+            return done;
+        }
         self.op(sops, None, timeout)
     }
 
@@ -153,9 +163,14 @@ impl SemSet {
         undo: &SemUndo,
         timeout: Option<Duration>,
     ) -> Result<(), SemError> {
+        if let Some(done) = self.shared.try_fast(sops) {
+            return done;
+        }
         self.op(sops, Some(undo), timeout)
     }
 
+    /// The full path of a call (the fast ones tried first by the callers).
+    #[inline(never)]
     fn op(
         &self,
         sops: &[SemBuf],
@@ -167,11 +182,6 @@ impl SemSet {
         }
         if sops.is_empty() {
             return Err(SemError::Invalid);
-        }
-        if sops.len() == 1 {
-            if let Some(done) = self.shared.try_lock_free(&sops[0]) {
-                return done;
-            }
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let scan = scan(sops);
@@ -191,44 +201,56 @@ impl SemSet {
             None => None,
         };
         let set = &*self.shared;
-        let held = set.lock_for(sops);
-        if set.is_deleted() {
-            set.unlock(held);
-            return Err(SemError::Removed);
-        }
         let op = Op {
             sops,
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
-        let blocked_at = match set.perform(&held, &op) {
-            Attempt::Done => {
-                let mut wakeups = Wakeups::default();
-                if scan.alter {
-                    set.smart_update(&held, Some(sops), true, &mut wakeups);
-                } else {
-                    set.touch_otime(usize::from(sops[0].num));
+        let mut held = set.lock_for(sops);
+        let blocked_at = loop {
+            if set.is_deleted() {
+                set.unlock(held);
+                return Err(SemError::Removed);
+            }
+            match set.perform(&held, &op) {
+                Attempt::Done => {
+                    let mut wakeups = Wakeups::default();
+                    if scan.alter {
+                        set.smart_update(&held, Changed::Ops(sops), true, &mut wakeups);
+                    } else {
+                        set.touch_otime(usize::from(sops[0].num));
+                    }
+                    set.unlock(held);
+                    set.wake(wakeups, &set.sems[usize::from(sops[0].num)].counters);
+                    return Ok(());
                 }
-                set.unlock(held);
-                wakeups.wake_all();
-                return Ok(());
+                Attempt::Failed(e) => {
+                    set.unlock(held);
+                    return Err(e);
+                }
+                Attempt::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                    set.unlock(held);
+                    return Err(SemError::Again);
+                }
+                // A complex sleeper waits in global mode, where its FIFO
+                // order against every other alter sleeper is kept: start
+                // over under the global lock (the values may change
+                // meanwhile, so the call is evaluated again).
+                Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
+                    set.unlock(held);
+                    held = set.lock_global();
+                }
+                Attempt::Blocked(i) => break i,
             }
-            Attempt::Failed(e) => {
-                set.unlock(held);
-                return Err(e);
-            }
-            Attempt::Blocked(i) => i,
         };
-        if timeout == Some(Duration::ZERO) {
-            set.unlock(held);
-            return Err(SemError::Again);
-        }
         let sleeper = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
         let node = NodeRef::new(&sleeper);
         set.enqueue(&held, sops, scan.alter, node);
         set.unlock(held);
 
-        if let Some(status) = sleeper.wait(deadline) {
+        let waited = sleeper.wait(deadline);
+        set.count_wait(sops, &waited);
+        if let Some(status) = waited.status {
             return decode(status);
         }
         // Timed out. Under the lock, either a waker already delivered a
@@ -250,8 +272,25 @@ impl SemSet {
 
     /// Runs `f` under the global lock, failing with `Removed` on a removed set.
     fn control<R>(&self, f: impl FnOnce(&SetShared, &Held) -> R) -> Result<R, SemError> {
+        self.control_with(self.shared.lock_global(), f)
+    }
+
+    /// Runs `f` under semaphore `num`'s lock (the global lock in global
+    /// mode), failing with `Removed` on a removed set.
+    fn control_one<R>(
+        &self,
+        num: usize,
+        f: impl FnOnce(&SetShared, &Held) -> R,
+    ) -> Result<R, SemError> {
+        self.control_with(self.shared.lock_one(num), f)
+    }
+
+    fn control_with<R>(
+        &self,
+        held: Held,
+        f: impl FnOnce(&SetShared, &Held) -> R,
+    ) -> Result<R, SemError> {
         let set = &*self.shared;
-        let held = set.lock_global();
         if set.is_deleted() {
             set.unlock(held);
             return Err(SemError::Removed);
@@ -272,7 +311,7 @@ impl SemSet {
     /// `GETVAL`: semaphore `num`'s value.
     pub fn get_value(&self, num: usize) -> Result<i32, SemError> {
         self.check_num(num)?;
-        self.control(|set, _| set.value(num))
+        self.control_one(num, |set, held| set.value(held, num))
     }
 
     /// `SETVAL`: sets semaphore `num` to `value` (0 ..= [`SEMVMX`]), clears
@@ -284,20 +323,24 @@ impl SemSet {
         }
         self.check_num(num)?;
         let mut wakeups = Wakeups::default();
-        self.control(|set, held| {
+        self.control_one(num, |set, held| {
             set.clear_undo(Some(num));
-            set.set_value_locked(num, value);
+            set.set_value(held, num, value);
             set.sems[num].pid.store(current_pid(), Ordering::Relaxed);
             set.global.ctime.store(now_secs(), Ordering::Relaxed);
-            set.smart_update(held, None, false, &mut wakeups);
+            set.smart_update(held, Changed::One(num), false, &mut wakeups);
         })?;
-        wakeups.wake_all();
+        self.shared.wake(wakeups, &self.shared.sems[num].counters);
         Ok(())
     }
 
     /// `GETALL`: every value.
     pub fn get_all(&self) -> Result<Vec<u16>, SemError> {
-        self.control(|set, _| (0..set.nsems()).map(|n| set.value(n) as u16).collect())
+        self.control(|set, held| {
+            (0..set.nsems())
+                .map(|n| set.value(held, n) as u16)
+                .collect()
+        })
     }
 
     /// `SETALL`: sets every value (`values.len()` must equal
@@ -314,34 +357,34 @@ impl SemSet {
         self.control(|set, held| {
             let pid = current_pid();
             for (num, &v) in values.iter().enumerate() {
-                set.set_value_locked(num, i32::from(v));
+                set.set_value(held, num, i32::from(v));
                 set.sems[num].pid.store(pid, Ordering::Relaxed);
             }
             set.clear_undo(None);
             set.global.ctime.store(now_secs(), Ordering::Relaxed);
-            set.smart_update(held, None, false, &mut wakeups);
+            set.smart_update(held, Changed::All, false, &mut wakeups);
         })?;
-        wakeups.wake_all();
+        self.shared.wake(wakeups, &self.shared.global.counters);
         Ok(())
     }
 
     /// `GETNCNT`: threads blocked decrementing semaphore `num`.
     pub fn ncnt(&self, num: usize) -> Result<usize, SemError> {
         self.check_num(num)?;
-        self.control(|set, held| set.count_sleepers(held, num, false))
+        self.control_one(num, |set, held| set.count_sleepers(held, num, false))
     }
 
     /// `GETZCNT`: threads blocked waiting for semaphore `num` to be zero.
     pub fn zcnt(&self, num: usize) -> Result<usize, SemError> {
         self.check_num(num)?;
-        self.control(|set, held| set.count_sleepers(held, num, true))
+        self.control_one(num, |set, held| set.count_sleepers(held, num, true))
     }
 
     /// `GETPID`: the process id of the last thread that changed semaphore
     /// `num` (by an operation, SETVAL, SETALL or an undo), 0 if none.
     pub fn pid(&self, num: usize) -> Result<i32, SemError> {
         self.check_num(num)?;
-        self.control(|set, _| set.sems[num].pid.load(Ordering::Relaxed))
+        self.control_one(num, |set, _| set.sems[num].pid.load(Ordering::Relaxed))
     }
 
     /// `IPC_STAT`: size and times.
@@ -389,14 +432,14 @@ impl SemSet {
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
         })?;
-        wakeups.wake_all();
+        self.shared.wake(wakeups, &self.shared.global.counters);
         Ok(())
     }
 
     /// Statistics of the set's global (array) lock, the lock Spraul's 2010
-    /// ipc/sem.c series instrumented in the kernel: complex operations,
-    /// control calls, and single operations while the set is in global mode
-    /// take it (lock-free and per-semaphore operations do not). Print its
+    /// ipc/sem.c series instrumented in the kernel: complex sleepers,
+    /// whole-set control calls, and every call while the set is in global
+    /// mode take it (lock-free and per-semaphore operations do not). Print its
     /// [`summary_line`](crate::stat::LockStatSnapshot::summary_line) for that
     /// series' `free F contended C wait W avg A 1/1000 cpu time P`.
     #[cfg(not(loom))]

@@ -2,9 +2,10 @@
 //! mode word, and the undo entries, laid out so that what a single operation
 //! touches shares no cache line with what other semaphores' callers write.
 //!
-//! Who may touch what is the locking protocol's business (`mode.rs`):
-//! a semaphore's word, value, undo adjustments and wait lists belong to its
-//! own lock in per-semaphore mode and to the global lock in global mode; the
+//! Who may touch what is the locking protocol's business (`mode.rs`,
+//! `sem_lock.rs`): a semaphore's value, undo adjustments and wait lists
+//! belong to its own lock in per-semaphore mode and to the global lock in
+//! global mode; the
 //! global lists and `complex_count` only to the global lock. The fields are
 //! `pub(super)` so that the protocol modules can each implement their part
 //! on [`SetShared`]; nothing outside `sem` sees them.
@@ -24,11 +25,11 @@ use std::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
 
 use super::counters::Counters;
-use super::lock::{GlobalLock, RawSemLock};
+use super::lock::GlobalLock;
 use super::queue::WaitList;
 use super::stamp::now_secs;
 use super::undo_entry::UndoEntry;
-use super::word::{self, GLOBAL, HELD};
+use super::word::{self, GLOBAL};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 
@@ -45,11 +46,11 @@ pub(super) struct SemLists {
 /// series). The fields a single operation touches come first.
 #[repr(C)]
 pub(super) struct Sem {
-    /// The value and the flags that keep lock-free operations off it (see
-    /// `word.rs`). A single operation with no flag set is done with one
-    /// compare-and-swap and no lock ([`SetShared::try_lock_free`]);
-    /// everything else sets or finds a flag first, so under a lock the value
-    /// can be read and written plainly.
+    /// The value, the semaphore's lock and the flags that keep lock-free
+    /// operations off it (see `word.rs`). A single operation with no flag
+    /// set is done with one compare-and-swap and no lock
+    /// ([`SetShared::try_lock_free`]); everything else sets or finds a flag
+    /// first, so under a lock the value can be read and written plainly.
     pub(super) word: AtomicU32,
     /// Process id of the last modifier, 0 if none (GETPID).
     pub(super) pid: AtomicI32,
@@ -58,7 +59,6 @@ pub(super) struct Sem {
     pub(super) otime: CounterU64,
     pub(super) lists: UnsafeCell<SemLists>,
     pub(super) counters: Counters,
-    pub(super) lock: RawSemLock,
 }
 
 /// State only the global lock protects.
@@ -75,10 +75,11 @@ pub(super) struct Global {
     pub(super) ctime: CounterU64,
 }
 
-/// Read on every call, written rarely: kept off the lock's cache line.
+/// Written rarely: kept off the global lock's cache line.
 pub(super) struct Mode {
-    /// Non-zero: single operations take the global lock too.
-    pub(super) use_global: AtomicU32,
+    /// The set is in global mode: every semaphore's word has `GLOBAL` set.
+    /// Read and written only under the global lock.
+    pub(super) global: AtomicBool,
     /// Set by `remove`.
     pub(super) deleted: AtomicBool,
 }
@@ -110,16 +111,19 @@ impl SetShared {
         self.mode.deleted.load(Ordering::Acquire)
     }
 
-    pub(super) fn value(&self, num: usize) -> i32 {
+    /// The value semaphore `num`'s word holds: the value itself for the
+    /// global lock's holder, which owns every word (`SetShared::value` reads
+    /// a per-semaphore holder's copy instead).
+    pub(super) fn word_value(&self, num: usize) -> i32 {
         word::value_of(self.sems[num].word.load(Ordering::Relaxed))
     }
 
-    /// Sets a value under a lock that covers it. A flag is set on the word
-    /// (HELD or GLOBAL), so no lock-free operation can change it meanwhile.
-    pub(super) fn set_value_locked(&self, num: usize, value: i32) {
+    /// Sets the value in semaphore `num`'s word; only the global lock's
+    /// holder, which owns every word, may.
+    pub(super) fn set_word_value(&self, num: usize, value: i32) {
         let word = &self.sems[num].word;
         let current = word.load(Ordering::Relaxed);
-        debug_assert!(current & (HELD | GLOBAL) != 0);
+        debug_assert!(current & GLOBAL != 0);
         word.store(word::with_value(current, value), Ordering::Relaxed);
     }
 

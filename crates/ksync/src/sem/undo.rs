@@ -17,6 +17,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use super::complete::Changed;
 use super::error::SemError;
 use super::queue::Wakeups;
 use super::stamp::current_pid;
@@ -136,15 +137,15 @@ impl SetShared {
                 let adj = entry.get(num);
                 if adj != 0 {
                     // Never blocks: Linux clamps instead, at both ends.
-                    let value = (self.value(num) + adj).clamp(0, SEMVMX);
-                    self.set_value_locked(num, value);
+                    let value = (self.value(&held, num) + adj).clamp(0, SEMVMX);
+                    self.set_value(&held, num, value);
                     self.sems[num].pid.store(pid, Ordering::Relaxed);
                 }
             }
-            self.smart_update(&held, None, true, &mut wakeups);
+            self.smart_update(&held, Changed::All, true, &mut wakeups);
         }
         self.unlock(held);
-        wakeups.wake_all();
+        self.wake(wakeups, &self.global.counters);
     }
 
     /// Zeroes adjustment `num` (or all, `None`) in every context. Global lock held.

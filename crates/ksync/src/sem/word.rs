@@ -1,34 +1,40 @@
-//! A semaphore's word: its value and the four flags that keep lock-free
-//! operations off it.
+//! A semaphore's word: its value, its lock, and the flags that keep
+//! lock-free operations off it.
 //!
 //! | bits | field | set by | cleared by |
 //! |---|---|---|---|
 //! | 0..16 | the value, `0..=SEMVMX` | whoever performs an operation | |
-//! | 16 | [`HELD`]: a per-semaphore lock holder is at work | `lock_single`, right after taking the lock | its `unlock` (`publish_word`) |
-//! | 17 | [`SLEEPERS`]: the semaphore's wait lists are not empty | every `publish_word` | every `publish_word` |
-//! | 18 | [`GLOBAL`]: the set is in global mode | `lock_global`, on its pass over the semaphore locks | the global unlock that leaves global mode |
+//! | 16 | [`LOCKED`]: the semaphore's lock (`sem_lock.rs`) | `lock_sem` | its holder's release (`release_word`) |
+//! | 17 | [`SLEEPERS`]: the semaphore's wait lists are not empty | every release | every release |
+//! | 18 | [`GLOBAL`]: the set is in global mode | `enter_global`, on global mode's pass over the semaphores | the global unlock that leaves global mode |
 //! | 19 | [`REMOVED`]: the set was removed | `remove` | never |
+//! | 20 | [`CONTENDED`]: with `LOCKED`, a locker may sleep on the word | a locker about to sleep, or one that slept and takes the lock | the release, which then wakes one |
 //!
-//! With all four clear, a single operation without `SEM_UNDO` is one
+//! With every flag clear, a single operation without `SEM_UNDO` is one
 //! compare-and-swap of the whole word ([`lock_free_step`] says which): nobody
 //! holds a lock that covers the semaphore and nobody sleeps on it, so the
 //! operation can neither enable nor disturb anybody. Every locked path sets a
-//! flag (or finds one set) before it looks at the value, so under a lock the
-//! value can be read and written with plain loads and stores
-//! ([`value_of`], [`with_value`]).
+//! flag (or finds one set) before it looks at the value. A semaphore's lock
+//! holder works on a copy of the value and writes it back with its release
+//! (`sem_lock.rs`); in global mode the global lock's holder owns every word
+//! and reads and writes the value with plain loads and stores ([`value_of`],
+//! [`with_value`]).
 
 use super::SEMVMX;
 
 /// The value's bits.
 pub(super) const VALUE_MASK: u32 = 0xffff;
-/// A per-semaphore lock holder is working on this semaphore.
-pub(super) const HELD: u32 = 1 << 16;
+/// The semaphore's lock: a holder is working on it.
+pub(super) const LOCKED: u32 = 1 << 16;
 /// Its wait lists are not empty: a change must look at them.
 pub(super) const SLEEPERS: u32 = 1 << 17;
 /// The set is in global mode.
 pub(super) const GLOBAL: u32 = 1 << 18;
 /// The set was removed.
 pub(super) const REMOVED: u32 = 1 << 19;
+/// Set only with `LOCKED`: a locker may be asleep on the word, so the
+/// release must wake one.
+pub(super) const CONTENDED: u32 = 1 << 20;
 
 const _: () = assert!(SEMVMX as u32 <= VALUE_MASK);
 
@@ -44,12 +50,12 @@ pub(super) const fn with_value(word: u32, value: i32) -> u32 {
     (word & !VALUE_MASK) | value as u32
 }
 
-/// The word that ends a locked stretch: `HELD`, `SLEEPERS` and the flags in
-/// `lift` cleared, `SLEEPERS` set again if the lists still hold `sleepers`;
-/// the value and every other flag kept.
+/// The word that ends a locked stretch: `LOCKED`, `CONTENDED`, `SLEEPERS`
+/// and the flags in `lift` cleared, `SLEEPERS` set again if the lists still
+/// hold `sleepers`; the value and every other flag kept.
 #[inline]
 pub(super) const fn published(word: u32, lift: u32, sleepers: bool) -> u32 {
-    let next = word & !(HELD | SLEEPERS | lift);
+    let next = word & !(LOCKED | CONTENDED | SLEEPERS | lift);
     if sleepers {
         next | SLEEPERS
     } else {
@@ -102,7 +108,7 @@ pub(super) fn lock_free_step(word: u32, op: i16) -> LockFree {
 mod tests {
     use super::*;
 
-    const FLAGS: [u32; 4] = [HELD, SLEEPERS, GLOBAL, REMOVED];
+    const FLAGS: [u32; 5] = [LOCKED, SLEEPERS, GLOBAL, REMOVED, CONTENDED];
 
     #[test]
     fn flags_are_distinct_bits_above_the_value() {
@@ -118,16 +124,16 @@ mod tests {
 
     #[test]
     fn the_value_is_read_and_written_without_touching_the_flags() {
-        let word = HELD | REMOVED | 7;
+        let word = LOCKED | REMOVED | 7;
         assert_eq!(value_of(word), 7);
-        assert_eq!(with_value(word, 0), HELD | REMOVED);
-        assert_eq!(with_value(word, SEMVMX), HELD | REMOVED | SEMVMX as u32);
+        assert_eq!(with_value(word, 0), LOCKED | REMOVED);
+        assert_eq!(with_value(word, SEMVMX), LOCKED | REMOVED | SEMVMX as u32);
         assert_eq!(value_of(with_value(GLOBAL, 12_345)), 12_345);
     }
 
     #[test]
-    fn publishing_clears_held_and_recomputes_sleepers() {
-        let word = HELD | SLEEPERS | 3;
+    fn publishing_clears_locked_and_recomputes_sleepers() {
+        let word = LOCKED | CONTENDED | SLEEPERS | 3;
         assert_eq!(published(word, 0, false), 3);
         assert_eq!(published(word, 0, true), SLEEPERS | 3);
         assert_eq!(published(3, 0, true), SLEEPERS | 3);

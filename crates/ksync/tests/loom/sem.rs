@@ -1,11 +1,13 @@
 //! loom models of `ksync::sem`: the sleep / complete / wake handshake (no
 //! lost wake-up, the result visible without a retry), a time-out racing a
-//! waker, removal waking a sleeper, and the switch between per-semaphore and
-//! global locking; plus `RawSemLock`, the futex mutex the sets are built on.
+//! waker, removal waking a sleeper, calls on several semaphores taking their
+//! word locks against each other (no deadlock, all or nothing), and the
+//! switch between per-semaphore and global locking; plus `RawSemLock`, the
+//! futex mutex of the set's global lock.
 //!
-//! Under loom a set leaves global mode after one global unlock (the kernel's
-//! hysteresis is 10), sleepers park at once instead of polling, and a timed
-//! futex wait times out as soon as it would sleep.
+//! Under loom sleepers park at once instead of polling, a locker that finds
+//! a semaphore's lock taken sleeps after one poll, and a timed futex wait
+//! times out as soon as it would sleep.
 
 use crate::exclusion::increments;
 use ksync::sem::{RawSemLock, SemBuf, SemError, SemSet};
@@ -109,8 +111,6 @@ fn per_semaphore_and_global_locking_exclude_each_other() {
     static COMPLEX_SLEPT: AtomicUsize = AtomicUsize::new(0);
     model(|| {
         let set = Arc::new(SemSet::new(2).unwrap());
-        // A new set starts in global mode; one call ends it.
-        set.semop(&op(1, 0)).unwrap();
         let single = {
             let set = Arc::clone(&set);
             loom::thread::spawn(move || set.semop(&op(0, 1)))
@@ -127,4 +127,55 @@ fn per_semaphore_and_global_locking_exclude_each_other() {
         COMPLEX_SLEPT.load(Ordering::Relaxed) > 0,
         "the model never reached a complex sleeper completed by a single operation"
     );
+}
+
+/// Two calls on the same two semaphores, naming them in opposite orders,
+/// take the two word locks in ascending order either way: no deadlock, and
+/// a lock waiter that sleeps is woken by the release. Neither call can block,
+/// so both stay in per-semaphore mode.
+#[test]
+fn calls_on_two_semaphores_lock_them_in_order() {
+    static WAITED: AtomicUsize = AtomicUsize::new(0);
+    model(|| {
+        let set = Arc::new(SemSet::new(2).unwrap());
+        set.semop(&[SemBuf::new(0, 1, 0), SemBuf::new(1, 1, 0)])
+            .unwrap();
+        let other = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || {
+                set.semop(&[SemBuf::new(1, -1, 0), SemBuf::new(0, -1, 0)])
+                    .unwrap();
+                set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(0, 1, 0)])
+            })
+        };
+        set.semop(&[SemBuf::new(0, 1, 0), SemBuf::new(1, 1, 0)])
+            .unwrap();
+        other.join().unwrap().unwrap();
+        assert_eq!(set.get_all(), Ok(vec![2, 2]));
+        if set.counters().lock_waits > 0 {
+            WAITED.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    assert!(
+        WAITED.load(Ordering::Relaxed) > 0,
+        "the model never reached a call waiting for a semaphore's lock"
+    );
+}
+
+/// Entering global mode (a SETALL) waits out a call that holds the
+/// semaphores' word locks: the control call sees the call's two increments
+/// both or neither, never one.
+#[test]
+fn global_mode_sees_a_call_on_two_semaphores_whole() {
+    model(|| {
+        let set = Arc::new(SemSet::new(2).unwrap());
+        let call = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(0, 1, 0)]))
+        };
+        let seen = set.get_all().unwrap();
+        assert!(seen == [0, 0] || seen == [1, 1], "{seen:?}");
+        call.join().unwrap().unwrap();
+        assert_eq!(set.get_all(), Ok(vec![1, 1]));
+    });
 }

@@ -579,3 +579,47 @@ macro_rules! on_both {
         }
     }};
 }
+
+/// xorshift64*: small, seedable, good enough for the stress tests' amounts
+/// and scripts.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator from any seed (xorshift needs a nonzero state).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform enough in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// True `p` times in 100.
+    pub fn percent(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+}
+
+/// A stress test's seed: `KSYNC_STRESS_SEED` if set, else the clock; printed
+/// either way so that a failure can be replayed.
+pub fn stress_seed(test: &str) -> u64 {
+    let s = std::env::var("KSYNC_STRESS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.as_nanos() as u64) | 1
+        });
+    eprintln!("{test}: KSYNC_STRESS_SEED={s}");
+    s
+}

@@ -81,7 +81,7 @@ impl FutexSems {
 }
 
 /// One `-1`, or any number of `+1`s, as sembench asks of these backends.
-fn one_down_or_ups(
+pub(super) fn one_down_or_ups(
     sops: &[PlainOp],
     down: impl FnOnce(&PlainOp) -> Result<(), SemError>,
     ups: impl FnOnce(&[PlainOp]) -> Result<(), SemError>,

@@ -1,9 +1,18 @@
 //! ksync's semaphore sets, `ksync::sem::SemSet`: System V semantics in
 //! user space, with counters and lock statistics.
 
-use super::{SemBackend, SemError, SetCounters};
+use super::{SemBackend, SemError, SetCounters, WaitEvents};
 use ksync::sem::{SemBuf, SemSet, IPC_NOWAIT};
 use ksync::stat::LockStatSnapshot;
+
+#[cold]
+#[inline(never)]
+fn failed(e: ksync::sem::SemError, nsops: usize) -> SemError {
+    match e {
+        ksync::sem::SemError::Removed => SemError::Removed,
+        e => SemError::Failed(format!("semop of {nsops} sops: {e}")),
+    }
+}
 
 impl SemBackend for SemSet {
     const SYSV: bool = true;
@@ -19,10 +28,9 @@ impl SemBackend for SemSet {
 
     #[inline]
     fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
-        SemSet::semop(self, sops).map_err(|e| match e {
-            ksync::sem::SemError::Removed => SemError::Removed,
-            e => SemError::Failed(format!("semop of {} sops: {e}", sops.len())),
-        })
+        // The conversion stays out of line, so that the measured call is
+        // ksync's and not the lab's error formatting.
+        SemSet::semop(self, sops).map_err(|e| failed(e, sops.len()))
     }
 
     fn remove(&self) {
@@ -53,6 +61,16 @@ impl SemBackend for SemSet {
             visited: c.visited,
             wakeups: c.wakeups,
             futex_wakes: c.futex_wakes,
+        })
+    }
+
+    fn wait_events(&self) -> Option<WaitEvents> {
+        let c = SemSet::counters(self);
+        Some(WaitEvents {
+            sleeps: c.parks,
+            wake_calls: c.wake_calls,
+            lock_waits: c.lock_waits,
+            polls: c.polls,
         })
     }
 

@@ -18,12 +18,14 @@ use ksync::stat::LockStatSnapshot;
 use std::fmt;
 
 mod futex;
+mod futex_batch;
 mod ksync_sem;
 mod posix;
 pub mod registry;
 mod sysv;
 
 pub use futex::{FutexChain, FutexSems};
+pub use futex_batch::FutexBatch;
 pub use posix::PosixSems;
 pub use sysv::SysvSet;
 
@@ -105,6 +107,12 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     /// ksync's counters of the work its sets did, for a backend that keeps
     /// them.
     fn counters(&self) -> Option<SetCounters> {
+        None
+    }
+
+    /// What the backend's sleepers and wakers did (sleeps, wake system
+    /// calls, lock waits, polls), for a backend that counts them.
+    fn wait_events(&self) -> Option<WaitEvents> {
         None
     }
 
@@ -194,6 +202,55 @@ impl SetCounters {
             visited: self.visited - before.visited,
             wakeups: self.wakeups - before.wakeups,
             futex_wakes: self.futex_wakes - before.futex_wakes,
+        }
+    }
+}
+
+/// What a backend's sleepers and wakers did, counted by the backend: the
+/// user-space side of a wait, which the kernel's semaphores keep to
+/// themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitEvents {
+    /// `FUTEX_WAIT` calls by sleepers (a sleeper that polled its way to
+    /// the post made none).
+    pub sleeps: u64,
+    /// System calls made to wake sleepers (`io_uring_enter` or `FUTEX_WAKE`).
+    pub wake_calls: u64,
+    /// Acquisitions of one of the backend's internal locks that found it
+    /// taken.
+    pub lock_waits: u64,
+    /// Polls of a word a sleeper made before its post came or it slept.
+    pub polls: u64,
+}
+
+impl WaitEvents {
+    /// Each count with its name, as records key them (`{name}_per_burn`).
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [
+            ("sleeps", self.sleeps),
+            ("wake_calls", self.wake_calls),
+            ("lock_waits", self.lock_waits),
+            ("polls", self.polls),
+        ]
+    }
+
+    /// The sum of two sets' counts.
+    pub fn plus(self, other: WaitEvents) -> WaitEvents {
+        WaitEvents {
+            sleeps: self.sleeps + other.sleeps,
+            wake_calls: self.wake_calls + other.wake_calls,
+            lock_waits: self.lock_waits + other.lock_waits,
+            polls: self.polls + other.polls,
+        }
+    }
+
+    /// What was counted between `before` and `self`.
+    pub fn since(self, before: WaitEvents) -> WaitEvents {
+        WaitEvents {
+            sleeps: self.sleeps - before.sleeps,
+            wake_calls: self.wake_calls - before.wake_calls,
+            lock_waits: self.lock_waits - before.lock_waits,
+            polls: self.polls - before.polls,
         }
     }
 }

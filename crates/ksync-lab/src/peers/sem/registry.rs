@@ -2,7 +2,7 @@
 //! JSON use the name; the command line also takes the aliases, among them
 //! sembench's own `-o 0` (System V) and `-o 2` (futex).
 
-use super::{FutexChain, FutexSems, PosixSems, SemBackend, SemVisitor, SysvSet};
+use super::{FutexBatch, FutexChain, FutexSems, PosixSems, SemBackend, SemVisitor, SysvSet};
 use crate::peers::names;
 use crate::peers::registry::{registry, Entry, Info, Origin::*};
 
@@ -30,6 +30,12 @@ registry! {
             "a bare futex word per semaphore, one FUTEX_WAKE per post (sembench's -o 2)",
         )
         .aliases(&["2"]),
+        FutexBatch(FutexBatch) = Info::new(
+            "futex-batch",
+            Floor,
+            "the floor: futex words and a poll, woken in one batched call as ksync wakes; no SysV semantics",
+        )
+        .variant(),
         Posix(PosixSems) = Info::new("posix-sem", Peer, "glibc sem_t, one per semaphore")
             .aliases(&["posix"])
             .variant(),

@@ -1,0 +1,258 @@
+//! The floor for a user-space semaphore: bare futex words, no System V
+//! semantics at all, woken with the same batched wake ksync's sets use
+//! (`ksync::futex_batch::wake_each`: one `io_uring_enter` per call where
+//! the kernel has `IORING_OP_FUTEX_WAKE`). What is left of a sembench burn
+//! here is what any user-space semaphore pays: a sleeper's `FUTEX_WAIT`,
+//! its share of the poster's one wake call, and the context switches. Its
+//! sleepers grow the process's futex hash as ksync's do
+//! (`ksync::futex_batch::note_sleeping_thread`).
+//!
+//! A semaphore is a count of posts and a count of sleepers, each on its own
+//! cache line pair with its neighbours', as ksync keeps its semaphores.
+//! `down` takes a post with a compare-and-swap; with none there it polls a
+//! while (a per-thread budget learned the way ksync's sleepers learn it:
+//! doubled when a post arrived while polling, halved when it had to sleep,
+//! nothing below 16 polls but a 16-poll probe on one wait in 16), then
+//! announces itself in the sleeper count and sleeps on the post count while
+//! that reads 0. `up` adds its posts and collects the words with a
+//! sleeper announced; one batched wake covers them all.
+
+use super::{PlainOp, SemBackend, SemError, WaitEvents, MAX_SEMS};
+use crate::harness::futex;
+use std::cell::Cell;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// Set in every post count once the set is removed.
+const REMOVED: u32 = 1 << 31;
+/// Poll budget bounds, in polls of the post count (the same as ksync's
+/// sleepers: `ksync::sem::DEFAULT_SLEEPER_SPIN` at most).
+const MIN_POLLS: u32 = 16;
+const MAX_POLLS: u32 = ksync::sem::DEFAULT_SLEEPER_SPIN;
+/// A thread that stopped polling probes with [`MIN_POLLS`] on one wait in
+/// this many.
+const PROBE_EVERY: u32 = 16;
+
+thread_local! {
+    /// The learned budget (0: sleep at once) and the waits since a probe.
+    static POLL_BUDGET: Cell<(u32, u32)> = const { Cell::new((MIN_POLLS, 0)) };
+}
+
+/// The polls this wait may spend.
+fn poll_budget() -> u32 {
+    POLL_BUDGET.with(|b| match b.get() {
+        (0, waits) if waits + 1 < PROBE_EVERY => {
+            b.set((0, waits + 1));
+            0
+        }
+        (0, _) => {
+            b.set((0, 0));
+            MIN_POLLS
+        }
+        (budget, _) => budget.clamp(MIN_POLLS, MAX_POLLS),
+    })
+}
+
+/// Records how a wait that polled `budget` times went.
+fn learn(budget: u32, posted_while_polling: bool) {
+    let next = if posted_while_polling {
+        budget.saturating_mul(2).max(MIN_POLLS)
+    } else if budget / 2 < MIN_POLLS {
+        0
+    } else {
+        budget / 2
+    };
+    POLL_BUDGET.with(|b| b.set((next, 0)));
+}
+
+/// One semaphore: posts not yet taken, and sleepers that may be asleep on
+/// that word. Alone on its cache line pair (x86's adjacent-line prefetch).
+#[repr(align(128))]
+#[derive(Default)]
+struct Word {
+    posts: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+/// Counters of what the sleepers and the poster did.
+#[derive(Default)]
+struct Events {
+    sleeps: AtomicU64,
+    wake_calls: AtomicU64,
+    polls: AtomicU64,
+}
+
+/// A row of futex semaphores woken in batches.
+pub struct FutexBatch {
+    words: Box<[Word]>,
+    events: Events,
+}
+
+impl FutexBatch {
+    fn word(&self, num: u16) -> Result<&Word, SemError> {
+        self.words
+            .get(usize::from(num))
+            .ok_or_else(|| SemError::Failed(format!("no semaphore {num}")))
+    }
+
+    /// Takes a post if there is one: `Some(result)` ends the call.
+    fn take(word: &Word) -> Option<Result<(), SemError>> {
+        let mut posts = word.posts.load(Ordering::Relaxed);
+        loop {
+            if posts & REMOVED != 0 {
+                return Some(Err(SemError::Removed));
+            }
+            if posts == 0 {
+                return None;
+            }
+            // Acquire pairs with the release increment in `post`.
+            match word.posts.compare_exchange_weak(
+                posts,
+                posts - 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(Ok(())),
+                Err(now) => posts = now,
+            }
+        }
+    }
+
+    fn down(&self, num: u16, nowait: bool) -> Result<(), SemError> {
+        let word = self.word(num)?;
+        if let Some(done) = Self::take(word) {
+            return done;
+        }
+        if nowait {
+            return Err(SemError::Failed("nothing posted (IPC_NOWAIT)".into()));
+        }
+        let budget = poll_budget();
+        for polls in 1..=budget {
+            std::hint::spin_loop();
+            if word.posts.load(Ordering::Relaxed) != 0 {
+                if let Some(done) = Self::take(word) {
+                    self.events
+                        .polls
+                        .fetch_add(u64::from(polls), Ordering::Relaxed);
+                    learn(budget, true);
+                    return done;
+                }
+            }
+        }
+        if budget > 0 {
+            self.events
+                .polls
+                .fetch_add(u64::from(budget), Ordering::Relaxed);
+            learn(budget, false);
+        }
+        // Announce, then look again: the SeqCst increment and the SeqCst
+        // load pair with the poster's SeqCst increment and fence, so either
+        // the poster sees the sleeper or the sleeper sees the post.
+        word.sleepers.fetch_add(1, Ordering::SeqCst);
+        // As ksync's sleepers do: the futex hash grows with the sleepers.
+        ksync::futex_batch::note_sleeping_thread();
+        let result = loop {
+            if let Some(done) = Self::take(word) {
+                break done;
+            }
+            self.events.sleeps.fetch_add(1, Ordering::Relaxed);
+            futex::wait(&word.posts, 0);
+        };
+        word.sleepers.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Adds every post, then wakes the posted words with a sleeper, in one
+    /// batched wake.
+    fn post(&self, ups: &[PlainOp]) -> Result<(), SemError> {
+        let mut sleeping: Vec<&AtomicU32> = Vec::with_capacity(ups.len());
+        for op in ups {
+            let word = self.word(op.num)?;
+            // Release pairs with the acquire compare-and-swap in `take`.
+            word.posts.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if word.sleepers.load(Ordering::Relaxed) != 0 {
+                sleeping.push(&word.posts);
+            }
+        }
+        if !sleeping.is_empty() {
+            let calls = ksync::futex_batch::wake_each(&sleeping);
+            self.events
+                .wake_calls
+                .fetch_add(calls as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+impl SemBackend for FutexBatch {
+    const SYSV: bool = false;
+    type Op = PlainOp;
+
+    fn create(nsems: usize) -> Result<FutexBatch, String> {
+        if nsems > MAX_SEMS {
+            return Err(format!("at most {MAX_SEMS} semaphores, not {nsems}"));
+        }
+        Ok(FutexBatch {
+            words: (0..nsems).map(|_| Word::default()).collect(),
+            events: Events::default(),
+        })
+    }
+
+    fn op(num: u16, delta: i16, nowait: bool) -> PlainOp {
+        PlainOp { num, delta, nowait }
+    }
+
+    #[inline]
+    fn semop(&self, sops: &[PlainOp]) -> Result<(), SemError> {
+        super::futex::one_down_or_ups(
+            sops,
+            |op| self.down(op.num, op.nowait),
+            |ups| self.post(ups),
+        )
+    }
+
+    fn remove(&self) {
+        for word in self.words.iter() {
+            word.posts.fetch_or(REMOVED, Ordering::SeqCst);
+            futex::wake(&word.posts, i32::MAX);
+        }
+    }
+
+    fn wait_events(&self) -> Option<WaitEvents> {
+        Some(WaitEvents {
+            sleeps: self.events.sleeps.load(Ordering::Relaxed),
+            wake_calls: self.events.wake_calls.load(Ordering::Relaxed),
+            lock_waits: 0,
+            polls: self.events.polls.load(Ordering::Relaxed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn one_batch_wakes_every_posted_sleeper_and_removal_ends_waits() {
+        let sems = Arc::new(FutexBatch::create(5).unwrap());
+        let sleepers: Vec<_> = (0..4u16)
+            .map(|n| {
+                let sems = Arc::clone(&sems);
+                std::thread::spawn(move || sems.semop(&[FutexBatch::op(n, -1, false)]))
+            })
+            .collect();
+        let ups: Vec<PlainOp> = (0..4).map(|n| FutexBatch::op(n, 1, true)).collect();
+        sems.semop(&ups).unwrap();
+        for s in sleepers {
+            assert_eq!(s.join().unwrap(), Ok(()));
+        }
+        assert!(sems.semop(&[FutexBatch::op(0, -1, true)]).is_err());
+        let late = {
+            let sems = Arc::clone(&sems);
+            std::thread::spawn(move || sems.semop(&[FutexBatch::op(4, -1, false)]))
+        };
+        sems.remove();
+        assert_eq!(late.join().unwrap(), Err(SemError::Removed));
+    }
+}

@@ -1,0 +1,547 @@
+//! A randomized stress test of `ksync::sem` with a liveness watchdog: no
+//! sleeper may stay blocked while its operation could proceed, and none may
+//! sleep on after a waker completed it.
+//!
+//! Worker threads loop over random calls of one to three operations
+//! (decrements, increments and waits for zero, some semaphores named twice,
+//! some with `SEM_UNDO`, some with `IPC_NOWAIT` on a later operation), a
+//! third of them with a timeout of a few hundred microseconds; now and then a
+//! worker drops its undo context, which applies its adjustments and may
+//! complete others. A controller keeps changing the set beside them:
+//! non-blocking calls, SETVAL, SETALL with small values, and `SEM_UNDO`
+//! calls in a context it drops from time to time. At the end the set is
+//! removed, which must return every sleeper with `EIDRM`.
+//!
+//! A watchdog thread takes a snapshot every few milliseconds: the call each
+//! worker is in (read before and after), the values (GETALL), GETNCNT and
+//! GETZCNT. It fails the test, with a dump of all of that and the set's
+//! counters, when
+//! * a worker stays in the same call while every snapshot for [`STALL`] says
+//!   that call could proceed on the values (a sleeper the wakers missed), or
+//! * a worker stays in one call for [`STUCK`] while the controller keeps
+//!   setting small values (a sleeper completed but never woken, or a timeout
+//!   that never fired: the controller makes every call runnable again and
+//!   again within milliseconds).
+//!
+//! Each run goes once with every thread on one CPU (sleepers really sleep,
+//! and lock holders get preempted) and once on all CPUs. Bounded to a couple
+//! of seconds each; `liveness_for_minutes` (ignored) runs for
+//! `KSYNC_LIVENESS_SECS` (default 120) alternating the two. Seeds are random
+//! and printed; `KSYNC_STRESS_SEED=<u64>` reuses one (the threads'
+//! interleaving is the scheduler's, so a replay is not exact).
+#![cfg(not(loom))]
+
+mod common;
+mod sem_common;
+
+use common::PATIENCE;
+use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
+use sem_common::{stress_seed, Rng};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const NSEMS: usize = 4;
+const WORKERS: usize = 6;
+/// How often the watchdog looks.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
+/// How long a worker's call may look runnable, snapshot after snapshot,
+/// before the watchdog calls it missed. A thread that was completed but not
+/// yet scheduled also looks like this for a moment: far below this on any
+/// machine that runs tests at all.
+const STALL: Duration = Duration::from_secs(1);
+/// The fewest snapshots behind a STALL verdict.
+const STALL_SNAPSHOTS: u32 = 20;
+/// How long a worker may stay in one call while the controller runs. Every
+/// call the workers make can return on some values the controller sets (see
+/// [`random_call`]), and it sets new ones a few thousand times a second: no
+/// call took even 30 ms in runs on a loaded 2-CPU machine.
+const STUCK: Duration = Duration::from_secs(1);
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
+    // inside it; sched_setaffinity reads it for the calling thread (0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
+    }
+}
+
+/// The first CPU this thread may run on.
+fn first_allowed_cpu() -> usize {
+    // SAFETY: as in `pin`; sched_getaffinity fills the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(rc, 0, "sched_getaffinity");
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .unwrap_or(0)
+    }
+}
+
+/// The call a worker is in.
+#[derive(Clone, Debug)]
+struct Call {
+    seq: u64,
+    sops: Vec<SemBuf>,
+    timeout: Option<Duration>,
+    since: Instant,
+}
+
+/// Whether `sops` would return now on `values`: every operation proceeds in
+/// array order, or the first one that cannot has `IPC_NOWAIT` (an overflow
+/// returns too, with ERANGE, so it counts as proceeding).
+fn could_proceed(sops: &[SemBuf], values: &[u16]) -> bool {
+    let mut v: Vec<i32> = values.iter().map(|&x| i32::from(x)).collect();
+    for s in sops {
+        let cur = v[usize::from(s.num)];
+        let blocks = if s.op == 0 {
+            cur != 0
+        } else {
+            cur + i32::from(s.op) < 0
+        };
+        if blocks {
+            return s.flags & IPC_NOWAIT != 0;
+        }
+        v[usize::from(s.num)] = cur + i32::from(s.op);
+    }
+    true
+}
+
+/// Whether some values the controller sets (each 0 to 3) let `sops`
+/// return: `[0 wait-for-zero, 0 -2]` never can, and would only sit out the
+/// run.
+fn can_ever_proceed(sops: &[SemBuf]) -> bool {
+    (0..4u16.pow(NSEMS as u32)).any(|k| {
+        let values: Vec<u16> = (0..NSEMS as u32).map(|i| k / 4u16.pow(i) % 4).collect();
+        could_proceed(sops, &values)
+    })
+}
+
+/// A random call that some small values let return.
+fn random_call(rng: &mut Rng) -> Vec<SemBuf> {
+    loop {
+        let sops = any_call(rng);
+        if can_ever_proceed(&sops) {
+            return sops;
+        }
+    }
+}
+
+fn any_call(rng: &mut Rng) -> Vec<SemBuf> {
+    let n = match rng.below(10) {
+        0..=3 => 1,
+        4..=7 => 2,
+        _ => 3,
+    };
+    (0..n)
+        .map(|i| {
+            let mut flags = 0;
+            if rng.percent(25) {
+                flags |= SEM_UNDO;
+            }
+            if i > 0 && rng.percent(10) {
+                flags |= IPC_NOWAIT;
+            }
+            let num = rng.below(NSEMS as u64) as u16;
+            let op = rng.below(5) as i16 - 2;
+            SemBuf::new(num, op, flags)
+        })
+        .collect()
+}
+
+/// What the threads share.
+struct Shared {
+    set: SemSet,
+    calls: Vec<Mutex<Option<Call>>>,
+    /// Workers start no new call once this is set.
+    stop: AtomicBool,
+    /// The controller stopped changing values (the STUCK rule is off).
+    controller_done: AtomicBool,
+    /// The watchdog's verdict, with its dump.
+    failure: Mutex<Option<String>>,
+    /// The workers' calls: all, and those that completed or timed out.
+    calls_made: AtomicU64,
+    calls_done: AtomicU64,
+    calls_timed_out: AtomicU64,
+    /// The controller's changes.
+    changes: AtomicU64,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            set: SemSet::new(NSEMS).unwrap(),
+            calls: (0..WORKERS).map(|_| Mutex::new(None)).collect(),
+            stop: AtomicBool::new(false),
+            controller_done: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            calls_made: AtomicU64::new(0),
+            calls_done: AtomicU64::new(0),
+            calls_timed_out: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+        }
+    }
+
+    fn call_of(&self, w: usize) -> Option<Call> {
+        self.calls[w]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// `values`: the snapshot the verdict was taken on (none once the set
+    /// is gone).
+    fn dump(&self, why: &str, seed: u64, values: Option<&[u16]>) -> String {
+        let mut out = format!("!!! LIVENESS WATCHDOG (seed {seed}): {why}\n");
+        for num in 0..NSEMS {
+            let _ = writeln!(
+                out,
+                "  sem {num}: value {:?} ncnt {:?} zcnt {:?}",
+                values.and_then(|v| v.get(num)),
+                self.set.ncnt(num),
+                self.set.zcnt(num)
+            );
+        }
+        for w in 0..WORKERS {
+            match self.call_of(w) {
+                Some(call) => {
+                    let _ = writeln!(
+                        out,
+                        "  worker {w}: call #{} {:?} timeout {:?}, for {:?}, could proceed: {:?}",
+                        call.seq,
+                        call.sops,
+                        call.timeout,
+                        call.since.elapsed(),
+                        values.map(|v| could_proceed(&call.sops, v))
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  worker {w}: between calls");
+                }
+            }
+        }
+        let _ = writeln!(out, "  {:?}", self.set);
+        let _ = writeln!(out, "  {:?}", self.set.counters());
+        out
+    }
+}
+
+fn worker(shared: &Shared, w: usize, mut rng: Rng, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        pin(cpu);
+    }
+    let mut undo = SemUndo::new();
+    let mut seq = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let sops = random_call(&mut rng);
+        let timeout = rng
+            .percent(33)
+            .then(|| Duration::from_micros(1 + rng.below(300)));
+        seq += 1;
+        *shared.calls[w].lock().unwrap() = Some(Call {
+            seq,
+            sops: sops.clone(),
+            timeout,
+            since: Instant::now(),
+        });
+        let result = shared.set.semop_undo(&sops, &undo, timeout);
+        *shared.calls[w].lock().unwrap() = None;
+        let nowait = sops.iter().any(|s| s.flags & IPC_NOWAIT != 0);
+        shared.calls_made.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                shared.calls_done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(SemError::Again) if timeout.is_some() => {
+                shared.calls_timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        match result {
+            Ok(()) | Err(SemError::Range) => {}
+            Err(SemError::Again) if timeout.is_some() || nowait => {}
+            // The set went away (the end of the run, or the watchdog).
+            Err(SemError::Removed) => return,
+            other => panic!("worker {w}: {sops:?} with timeout {timeout:?} returned {other:?}"),
+        }
+        if rng.percent(2) {
+            // Applies this context's adjustments, which may complete others.
+            undo = SemUndo::new();
+        }
+    }
+}
+
+/// Changes the set beside the workers until `run` is over.
+fn controller(shared: &Shared, mut rng: Rng, run: Duration) {
+    let mut undo = SemUndo::new();
+    let small = |rng: &mut Rng| rng.below(4) as u16;
+    let start = Instant::now();
+    while start.elapsed() < run {
+        let result = match rng.below(10) {
+            0..=3 => {
+                let sops: Vec<SemBuf> = (0..1 + rng.below(3))
+                    .map(|_| {
+                        let num = rng.below(NSEMS as u64) as u16;
+                        SemBuf::new(num, rng.below(4) as i16 - 1, IPC_NOWAIT)
+                    })
+                    .collect();
+                shared.set.semop(&sops)
+            }
+            4..=6 => {
+                let values: Vec<u16> = (0..NSEMS).map(|_| small(&mut rng)).collect();
+                shared.set.set_all(&values)
+            }
+            7..=8 => {
+                let num = rng.below(NSEMS as u64) as usize;
+                shared.set.set_value(num, i32::from(small(&mut rng)))
+            }
+            _ => {
+                if rng.percent(30) {
+                    undo = SemUndo::new();
+                }
+                let num = rng.below(NSEMS as u64) as u16;
+                let op = SemBuf::new(num, rng.below(3) as i16 - 1, SEM_UNDO | IPC_NOWAIT);
+                shared.set.semop_undo(&[op], &undo, None)
+            }
+        };
+        match result {
+            Ok(()) | Err(SemError::Again | SemError::Range) => {}
+            // The watchdog removed the set.
+            Err(SemError::Removed) => return,
+            Err(e) => panic!("controller: {e:?}"),
+        }
+        shared.changes.fetch_add(1, Ordering::Relaxed);
+        thread::sleep(Duration::from_micros(rng.below(300)));
+    }
+}
+
+/// Per worker: the call last seen runnable, since when, and how many
+/// snapshots in a row.
+#[derive(Clone, Copy, Default)]
+struct Runnable {
+    seq: u64,
+    since: Option<Instant>,
+    snapshots: u32,
+}
+
+fn watchdog(shared: &Shared, seed: u64, done: &AtomicBool) {
+    let mut runnable = [Runnable::default(); WORKERS];
+    while !done.load(Ordering::Relaxed) {
+        thread::sleep(SNAPSHOT_EVERY);
+        let before: Vec<Option<Call>> = (0..WORKERS).map(|w| shared.call_of(w)).collect();
+        let Ok(values) = shared.set.get_all() else {
+            return; // removed
+        };
+        let mut verdict = None;
+        for (w, seen) in runnable.iter_mut().enumerate() {
+            let (Some(call), Some(after)) = (&before[w], shared.call_of(w)) else {
+                *seen = Runnable::default();
+                continue;
+            };
+            if call.seq != after.seq {
+                *seen = Runnable::default();
+                continue;
+            }
+            if could_proceed(&call.sops, &values) {
+                if seen.seq != call.seq || seen.since.is_none() {
+                    *seen = Runnable {
+                        seq: call.seq,
+                        since: Some(Instant::now()),
+                        snapshots: 0,
+                    };
+                }
+                seen.snapshots += 1;
+                let for_long = seen.since.is_some_and(|t| t.elapsed() >= STALL);
+                if for_long && seen.snapshots >= STALL_SNAPSHOTS {
+                    verdict = Some(format!(
+                        "worker {w} blocked in call #{} although it could proceed, for {} snapshots",
+                        call.seq, seen.snapshots
+                    ));
+                }
+            } else {
+                *seen = Runnable::default();
+            }
+            if !shared.controller_done.load(Ordering::Relaxed) && call.since.elapsed() >= STUCK {
+                verdict = Some(format!(
+                    "worker {w} in call #{} for {:?} while the controller kept resetting values",
+                    call.seq,
+                    call.since.elapsed()
+                ));
+            }
+        }
+        if let Some(why) = verdict {
+            let dump = shared.dump(&why, seed, Some(&values));
+            eprintln!("{dump}");
+            *shared.failure.lock().unwrap() = Some(dump);
+            shared.stop.store(true, Ordering::Relaxed);
+            // Releases whoever can still be released, so the test can end.
+            let _ = shared.set.remove();
+            return;
+        }
+    }
+}
+
+/// One run: workers, the controller and the watchdog for `run`, then the
+/// set's removal. `one_cpu` pins every thread to the same CPU.
+fn run_once(test: &str, run: Duration, one_cpu: bool) {
+    let seed = stress_seed(test);
+    let cpu = one_cpu.then(first_allowed_cpu);
+    let shared = Arc::new(Shared::new());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let shared = Arc::clone(&shared);
+            let rng = Rng::new(seed.wrapping_add(w as u64 + 1).wrapping_mul(0x9E37_79B9));
+            thread::spawn(move || worker(&shared, w, rng, cpu))
+        })
+        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let dog = {
+        let (shared, done) = (Arc::clone(&shared), Arc::clone(&done));
+        thread::spawn(move || {
+            if let Some(cpu) = cpu {
+                pin(cpu);
+            }
+            watchdog(&shared, seed, &done)
+        })
+    };
+    if let Some(cpu) = cpu {
+        pin(cpu);
+    }
+    controller(&shared, Rng::new(seed), run);
+    shared.controller_done.store(true, Ordering::Relaxed);
+    shared.stop.store(true, Ordering::Relaxed);
+    // Removal returns every sleeper (EIDRM); the watchdog may have removed
+    // the set already.
+    let _ = shared.set.remove();
+    let start = Instant::now();
+    for (w, h) in workers.into_iter().enumerate() {
+        while !h.is_finished() {
+            if start.elapsed() > PATIENCE {
+                let dump = shared.dump(
+                    &format!("worker {w} still blocked {PATIENCE:?} after the set's removal"),
+                    seed,
+                    None,
+                );
+                panic!("{dump}");
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        if let Err(p) = h.join() {
+            std::panic::resume_unwind(p);
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    dog.join().unwrap();
+    if let Some(dump) = shared.failure.lock().unwrap().take() {
+        panic!("{dump}");
+    }
+    let c = shared.set.counters();
+    let count = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    eprintln!(
+        "{test}: {} calls ({} completed, {} timed out), {} controller changes; \
+         {} wake-ups ({} by futex), {} polls, {} lock waits",
+        count(&shared.calls_made),
+        count(&shared.calls_done),
+        count(&shared.calls_timed_out),
+        count(&shared.changes),
+        c.wakeups,
+        c.futex_wakes,
+        c.polls,
+        c.lock_waits
+    );
+    assert!(
+        c.wakeups > 0,
+        "the run completed no sleeper: it tested nothing"
+    );
+}
+
+#[test]
+fn no_sleeper_is_left_blocked_on_one_cpu() {
+    run_once("one CPU", Duration::from_secs(2), true);
+}
+
+#[test]
+fn no_sleeper_is_left_blocked_on_all_cpus() {
+    run_once("all CPUs", Duration::from_secs(2), false);
+}
+
+#[test]
+#[ignore = "long: KSYNC_LIVENESS_SECS (default 120)"]
+fn liveness_for_minutes() {
+    let secs: u64 = std::env::var("KSYNC_LIVENESS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let start = Instant::now();
+    let mut round = 0u32;
+    while start.elapsed() < Duration::from_secs(secs) {
+        run_once(
+            &format!("round {round}"),
+            Duration::from_secs(5),
+            round.is_multiple_of(2),
+        );
+        round += 1;
+    }
+}
+
+#[test]
+fn the_watchdog_reports_a_call_that_could_proceed() {
+    // A phantom worker "blocked" in a call that can always proceed: the
+    // verdict a missed sleeper would get, with the dump.
+    let shared = Shared::new();
+    shared.controller_done.store(true, Ordering::Relaxed);
+    *shared.calls[0].lock().unwrap() = Some(Call {
+        seq: 1,
+        sops: vec![SemBuf::new(1, 1, 0)],
+        timeout: None,
+        since: Instant::now(),
+    });
+    watchdog(&shared, 0, &AtomicBool::new(false));
+    let dump = shared.failure.lock().unwrap().take().expect("a verdict");
+    assert!(dump.contains("worker 0 blocked in call #1"), "{dump}");
+    assert!(dump.contains("sem 1: value Some(0)"), "{dump}");
+    assert_eq!(shared.set.get_all(), Err(SemError::Removed));
+}
+
+#[test]
+fn could_proceed_is_the_kernels_first_pass() {
+    let sb = SemBuf::new;
+    assert!(could_proceed(&[sb(0, -1, 0)], &[1]));
+    assert!(!could_proceed(&[sb(0, -1, 0)], &[0]));
+    // In array order, a semaphore named twice sees the earlier change.
+    assert!(could_proceed(&[sb(0, -1, 0), sb(0, 0, 0)], &[1]));
+    assert!(!could_proceed(&[sb(0, 1, 0), sb(0, 0, 0)], &[0]));
+    // A blocking operation with IPC_NOWAIT returns (EAGAIN).
+    assert!(could_proceed(
+        &[sb(0, 0, 0), sb(1, -1, IPC_NOWAIT)],
+        &[0, 0]
+    ));
+    assert!(!could_proceed(&[sb(0, 0, 0), sb(1, -1, 0)], &[0, 0]));
+    assert!(can_ever_proceed(&[sb(0, -2, 0), sb(0, 0, 0)]));
+    assert!(!can_ever_proceed(&[sb(0, 0, 0), sb(0, -2, 0)]));
+}
+
+#[test]
+fn the_watchdog_reports_a_call_stuck_while_the_controller_runs() {
+    // A phantom worker in a call that cannot proceed on the values, for
+    // longer than STUCK while the controller counts as running: what a
+    // sleeper completed but never woken would look like.
+    let shared = Shared::new();
+    *shared.calls[2].lock().unwrap() = Some(Call {
+        seq: 7,
+        sops: vec![SemBuf::new(0, -1, 0)],
+        timeout: None,
+        since: Instant::now(),
+    });
+    watchdog(&shared, 0, &AtomicBool::new(false));
+    let dump = shared.failure.lock().unwrap().take().expect("a verdict");
+    assert!(dump.contains("worker 2 in call #7 for"), "{dump}");
+    assert!(dump.contains("could proceed: Some(false)"), "{dump}");
+}
