@@ -20,6 +20,9 @@
 //! retry. Timed acquisitions that give up leave the semaphore as if they had
 //! never queued.
 //!
+//! [`rwsem_stats`] counts `RawRwSem`'s slow-path events (steals, spins,
+//! sleeps, futex wakes, handoffs), as the kernel's lock events do.
+//!
 //! Guards are `Send`: like the kernel's `up_read_non_owner`, a semaphore may be
 //! released by a thread other than the one that acquired it.
 //!
@@ -38,9 +41,11 @@
 //! assert_eq!(*modern.read() + *classic.read(), 2);
 //! ```
 
+mod events;
 mod generic;
 mod kernel;
 mod wait_list;
 
+pub use events::{reset_rwsem_stats, rwsem_stats, RwSemStats};
 pub use generic::{RawSpinRwSem, SpinRwSem, SpinRwSemReadGuard, SpinRwSemWriteGuard};
 pub use kernel::{RawRwSem, RwSem, RwSemReadGuard, RwSemWriteGuard};

@@ -395,7 +395,8 @@ impl<X> Wakeups<X> {
 
     /// Publishes the grants and issues the futex wakes. Call after dropping the
     /// wait-list lock.
-    pub(super) fn deliver(self) {
+    pub(super) fn deliver(self) -> Delivered {
+        let mut delivered = Delivered::default();
         let mut cursor = self.first;
         // SAFETY: each chained node was dequeued by us and its owner waits for
         // `GRANTED` before it lets the node go, so the node is alive until the
@@ -408,12 +409,22 @@ impl<X> Wakeups<X> {
             node.word.store(GRANTED, Ordering::Release);
             // SAFETY: `word` was the node's futex word; see `wake_ptr`.
             unsafe { futex::wake_ptr(word, 1) };
+            delivered.grants += 1;
         }
         if !self.kick.is_null() {
             // SAFETY: `kick` is a waiter's futex word; see `wake_ptr`.
             unsafe { futex::wake_ptr(self.kick, 1) };
+            delivered.kicks += 1;
         }
+        delivered
     }
+}
+
+/// What [`Wakeups::deliver`] did: one `FUTEX_WAKE` per grant and per kick.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Delivered {
+    pub(super) grants: u64,
+    pub(super) kicks: u64,
 }
 
 #[cfg(all(test, not(loom)))]

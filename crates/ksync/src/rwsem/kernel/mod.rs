@@ -147,6 +147,7 @@ use lock_api::GuardSend;
 
 mod spin;
 
+use super::events::{self, Event};
 use super::wait_list::{Kind, List, ListCell, WaitLock, Waiter, Wakeups};
 use crate::futex::Wake;
 use crate::relax;
@@ -220,6 +221,14 @@ impl WaitInfo {
 
 type Node = Waiter<WaitInfo>;
 type WaitList = List<WaitInfo>;
+
+/// Delivers `wakeups` (after the wait-list lock is dropped) and counts the
+/// futex wakes.
+fn deliver(wakeups: Wakeups<WaitInfo>) {
+    let delivered = wakeups.deliver();
+    events::add(Event::WakeReader, delivered.grants);
+    events::add(Event::WakeWriter, delivered.kicks);
+}
 
 /// What a wake-up may do (the kernel's `rwsem_wake_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,7 +420,7 @@ impl RawRwSem {
         let mut list = self.wait.lock();
         self.mark_wake(&mut list, WakeType::Any, &mut wakeups);
         drop(list);
-        wakeups.deliver();
+        deliver(wakeups);
     }
 
     /// The kernel's `rwsem_mark_wake`; see the module documentation.
@@ -443,6 +452,7 @@ impl RawRwSem {
                 if first.extra().since.exceeded(HANDOFF_AFTER) {
                     if old & HANDOFF == 0 {
                         undo -= HANDOFF;
+                        events::bump(Event::RlockHandoff);
                     }
                     first.extra().handoff_set.set(list, true);
                 }
@@ -514,6 +524,7 @@ impl RawRwSem {
             && count & WRITER_LOCKED == 0;
         if !likely_reader_owned && count & (WRITER_LOCKED | HANDOFF | READ_FAIL) == 0 {
             // Steal: our bias is a read lock already.
+            events::bump(Event::RlockSteal);
             self.set_reader_owned();
             if readers == 1 && count & WAITERS != 0 {
                 // First reader of a new reader phase: bring the queued ones.
@@ -521,7 +532,7 @@ impl RawRwSem {
                 let mut list = self.wait.lock();
                 self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
             }
             return true;
         }
@@ -535,6 +546,7 @@ impl RawRwSem {
             if self.count.load(Ordering::Acquire) & WRITER_LOCKED == 0 {
                 // Nobody queued and no writer: our bias is a read lock.
                 drop(list);
+                events::bump(Event::RlockFast);
                 self.set_reader_owned();
                 return true;
             }
@@ -551,23 +563,27 @@ impl RawRwSem {
         let mut wakeups = Wakeups::new();
         self.cond_wake(&mut list, count, &mut wakeups);
         drop(list);
-        wakeups.deliver();
+        deliver(wakeups);
 
         loop {
             if node.is_granted() {
+                events::bump(Event::Rlock);
                 return true;
             }
+            events::bump(Event::SleepReader);
             if node.sleep(deadline) == Wake::TimedOut {
                 let mut list = self.wait.lock();
                 if !list.is_queued(&node) {
                     // Dequeued by a waker: the grant beats the deadline.
                     drop(list);
                     node.wait_for_grant();
+                    events::bump(Event::Rlock);
                     return true;
                 }
                 let wakeups = self.remove_waiter(&mut list, &node);
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
+                events::bump(Event::RlockFail);
                 return false;
             }
         }
@@ -595,25 +611,36 @@ impl RawRwSem {
             self.cond_wake(&mut list, count, &mut wakeups);
             if !wakeups.is_empty() {
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
                 list = self.wait.lock();
             }
         }
 
+        let mut woken = false;
         loop {
             node.rearm(&list);
             if self.try_write_lock(&mut list, &node) {
+                events::bump(Event::Wlock);
                 return true;
+            }
+            if woken {
+                events::bump(Event::WokenLost);
             }
             let handoff_set = node.extra().handoff_set.get(&list);
             drop(list);
             let free = handoff_set && self.spin_on_owner();
-            if !free && node.sleep(deadline) == Wake::TimedOut {
-                let mut list = self.wait.lock();
-                let wakeups = self.remove_waiter(&mut list, &node);
-                drop(list);
-                wakeups.deliver();
-                return false;
+            woken = false;
+            if !free {
+                events::bump(Event::SleepWriter);
+                if node.sleep(deadline) == Wake::TimedOut {
+                    let mut list = self.wait.lock();
+                    let wakeups = self.remove_waiter(&mut list, &node);
+                    drop(list);
+                    deliver(wakeups);
+                    events::bump(Event::WlockFail);
+                    return false;
+                }
+                woken = true;
             }
             list = self.wait.lock();
         }
@@ -651,6 +678,7 @@ impl RawRwSem {
             }
         };
         if new & HANDOFF != 0 {
+            events::bump(Event::WlockHandoff);
             if let Some(first) = list.front() {
                 first.extra().handoff_set.set(list, true);
             }
@@ -785,7 +813,7 @@ unsafe impl lock_api::RawRwLockDowngrade for RawRwSem {
             let mut list = self.wait.lock();
             self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
             drop(list);
-            wakeups.deliver();
+            deliver(wakeups);
         }
         GuardSend::new()
     }

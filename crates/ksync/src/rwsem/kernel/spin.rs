@@ -23,6 +23,7 @@ use super::{
     WRITER_LOCKED,
 };
 use crate::relax;
+use crate::rwsem::events::{self, Event};
 use crate::sync::Ordering;
 
 /// How long a spinning writer keeps spinning on one writer owner. A writer
@@ -55,10 +56,12 @@ impl RawRwSem {
     /// The kernel's `rwsem_optimistic_spin`; see the module documentation.
     pub(super) fn optimistic_spin(&self) -> bool {
         if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
+            events::bump(Event::OptNospin);
             return false;
         }
         // Pairs with the previous spinner's release store of `false` below.
         if self.spinner.swap(true, Ordering::Acquire) {
+            events::bump(Event::OptNospin);
             return false;
         }
         let mut budget = SpinBudget::new();
@@ -88,6 +91,11 @@ impl RawRwSem {
         };
         // Pairs with the next spinner's acquire swap above.
         self.spinner.store(false, Ordering::Release);
+        events::bump(if taken {
+            Event::OptLock
+        } else {
+            Event::OptFail
+        });
         taken
     }
 
