@@ -10,8 +10,10 @@
 //! blocks and what exited threads left behind. A thread that counts while its
 //! thread-locals are being torn down loses that count.
 //!
-//! Under loom the models' threads share their test's OS thread, so each test
-//! counts on its own, which is how a model can show that it reached a path.
+//! Under loom the models' threads share their test's OS thread, and
+//! [`rwsem_stats`] and [`reset_rwsem_stats`] see only the calling thread's
+//! block, so each test counts on its own while the harness runs tests side
+//! by side: that is how a model can show that it reached a path.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -232,27 +234,39 @@ impl From<[u64; EVENTS]> for RwSemStats {
 /// Reads [`RawRwSem`](super::RawRwSem)'s event counters: every thread's,
 /// live or exited.
 pub fn rwsem_stats() -> RwSemStats {
-    let reg = registry();
-    let mut sums = reg.retired;
-    for block in &reg.live {
-        for (sum, n) in sums.iter_mut().zip(block.read()) {
-            *sum += n;
+    #[cfg(not(loom))]
+    let counts = {
+        let reg = registry();
+        let mut sums = reg.retired;
+        for block in &reg.live {
+            for (sum, n) in sums.iter_mut().zip(block.read()) {
+                *sum += n;
+            }
         }
-    }
-    RwSemStats::from(sums)
+        sums
+    };
+    #[cfg(loom)]
+    let counts = MINE.with(|mine| mine.0.read());
+    RwSemStats::from(counts)
 }
 
 /// Sets [`RawRwSem`](super::RawRwSem)'s event counters back to zero. Call
 /// it while no semaphore is in use: a thread that counts meanwhile may keep
 /// a count from before the reset.
 pub fn reset_rwsem_stats() {
-    let mut reg = registry();
-    reg.retired = [0; EVENTS];
-    for block in &reg.live {
+    let clear = |block: &Block| {
         for counter in &block.0 {
             counter.store(0, Ordering::Relaxed);
         }
+    };
+    #[cfg(not(loom))]
+    {
+        let mut reg = registry();
+        reg.retired = [0; EVENTS];
+        reg.live.iter().for_each(|block| clear(block));
     }
+    #[cfg(loom)]
+    MINE.with(|mine| clear(&mine.0));
 }
 
 #[cfg(all(test, not(loom)))]
