@@ -32,10 +32,12 @@
 //!   `N-9` bits of reader count it is reached only by absurd numbers of leaked
 //!   read guards; it fails every reader fast path and stops batch grants.
 //!
-//! `owner` is a hint, never needed for correctness: the holding writer's
-//! token (the address of a thread-local), or `OWNER_READER` after a reader
-//! acquired, plus `OWNER_NONSPINNABLE` once a writer gave up spinning on a
-//! reader-owned lock. `spinner` admits one optimistic spinner at a time.
+//! `owner` is a hint, never needed for correctness: 0 after a writer
+//! acquired (the kernel stores the owning task, which its spinners use to ask
+//! whether the owner is on a CPU; user space cannot ask, so spinners here
+//! only tell a writer from readers, and a writer hand-over stores nothing),
+//! or `OWNER_READER` after a reader acquired, plus `OWNER_NONSPINNABLE` once
+//! a writer gave up spinning on a reader-owned lock. `spinner` admits one optimistic spinner at a time.
 //! `wait` is a [`RawSemLock`](crate::sem::RawSemLock) (a short spin, then a
 //! futex sleep: see [`WaitLock`]) around the [`List`] of
 //! waiter nodes, each on its thread's stack (see [`super::wait_list`] for the
@@ -164,7 +166,6 @@
 //! lock is loom's `Mutex` there (see [`WaitLock`]).
 
 use core::fmt;
-use core::ptr;
 use std::time::{Duration, Instant};
 
 use lock_api::GuardSend;
@@ -310,17 +311,6 @@ pub type RwSemReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSem, T>;
 /// The exclusive guard of an [`RwSem`].
 pub type RwSemWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSem, T>;
 
-/// This thread's writer token for the `owner` hint: the address of a
-/// thread-local, nonzero and 4-aligned so the two flag bits stay clear.
-#[inline]
-fn writer_token() -> usize {
-    #[cfg(not(loom))]
-    std::thread_local!(static TOKEN: u32 = const { 0 });
-    #[cfg(loom)]
-    loom::thread_local!(static TOKEN: u32 = 0);
-    TOKEN.with(|token| ptr::from_ref(token).addr())
-}
-
 impl RawRwSem {
     /// A new, unlocked semaphore.
     #[cfg(not(loom))]
@@ -346,9 +336,15 @@ impl RawRwSem {
 
     // ----- owner hint -----
 
+    /// Marks the lock writer-owned, which the hint says with 0 (no reader
+    /// phase, nothing non-spinnable). Spinners only need to tell a writer
+    /// from readers, so a writer hand-over stores nothing when the hint is 0
+    /// already: under writer contention the line is then only read.
     #[inline]
     fn set_writer_owned(&self) {
-        self.owner.store(writer_token(), Ordering::Relaxed);
+        if self.owner.load(Ordering::Relaxed) != 0 {
+            self.owner.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Marks the lock reader-owned, keeping `OWNER_NONSPINNABLE`; skips the
@@ -468,7 +464,6 @@ impl RawRwSem {
 
     #[inline]
     fn up_write(&self) {
-        self.owner.store(0, Ordering::Relaxed);
         // Release: as in `up_read`.
         let old = self.count.fetch_sub(WRITER_LOCKED, Ordering::Release);
         if old & WAITERS != 0 {
@@ -1016,7 +1011,7 @@ mod tests {
 
         let w = sem.lock_exclusive();
         assert_eq!(count(&sem), WRITER_LOCKED);
-        assert_eq!(sem.owner.load(Ordering::Relaxed), writer_token());
+        assert_eq!(sem.owner.load(Ordering::Relaxed), 0);
         // SAFETY: `w` is ours.
         let r = unsafe { sem.downgrade(w) };
         assert_eq!(count(&sem), READER_BIAS);
