@@ -846,16 +846,16 @@ const PINNED_WRITERS: usize = 8;
 const PINNED_HOLD: Duration = Duration::from_micros(20);
 const PINNED_RUN: Duration = Duration::from_millis(1500);
 
-/// Writers preempted while they hold: with handoff no reader or writer waits
-/// longer than [`preempted_bound`]. Without it the running thread takes the
-/// lock back every time and the others wait for whole runs (see
-/// `a_lock_without_handoff_fails_the_preempted_holder_bound`).
-#[test]
-fn kernel_preempted_holders_starve_nobody() {
+/// Runs the pinned workload on `lock` under the watchdog; returns its
+/// longest wait and [`preempted_bound`].
+fn pinned_run<R>(lock: R) -> (Duration, Duration)
+where
+    R: RawRwLock<SharedGuard = GuardSend, ExclusiveGuard = GuardSend> + Send + Sync + 'static,
+{
     let bound = preempted_bound(PINNED_READERS + PINNED_WRITERS);
-    let longest = within(WATCHDOG, "pinned run", || {
+    let longest = within(WATCHDOG, "pinned run", move || {
         longest_wait_pinned(
-            RawRwSem::INIT,
+            lock,
             PINNED_READERS,
             PINNED_WRITERS,
             PINNED_HOLD,
@@ -863,6 +863,16 @@ fn kernel_preempted_holders_starve_nobody() {
         )
     });
     eprintln!("longest wait {longest:?}, bound {bound:?}");
+    (longest, bound)
+}
+
+/// Writers preempted while they hold: with handoff no reader or writer waits
+/// longer than [`preempted_bound`]. Without it the running thread takes the
+/// lock back every time and the others wait for whole runs (see
+/// `a_lock_without_handoff_fails_the_preempted_holder_bound`).
+#[test]
+fn kernel_preempted_holders_starve_nobody() {
+    let (longest, bound) = pinned_run(RawRwSem::INIT);
     assert!(
         longest <= bound,
         "a waiter waited {longest:?}, past {bound:?}"
@@ -935,17 +945,7 @@ unsafe impl RawRwLock for GreedyRwLock {
 
 #[test]
 fn a_lock_without_handoff_fails_the_preempted_holder_bound() {
-    let bound = preempted_bound(PINNED_READERS + PINNED_WRITERS);
-    let longest = within(WATCHDOG, "pinned run", || {
-        longest_wait_pinned(
-            GreedyRwLock::INIT,
-            PINNED_READERS,
-            PINNED_WRITERS,
-            PINNED_HOLD,
-            PINNED_RUN,
-        )
-    });
-    eprintln!("longest wait {longest:?}, bound {bound:?}");
+    let (longest, bound) = pinned_run(GreedyRwLock::INIT);
     assert!(
         longest > bound,
         "a lock without handoff kept the bound: {longest:?}"
