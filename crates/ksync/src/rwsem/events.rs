@@ -147,15 +147,16 @@ pub struct RwSemStats {
     pub rlock_fail: u64,
     /// Handoffs requested for a queued reader (`rwsem_rlock_handoff`).
     pub rlock_handoff: u64,
-    /// Writers that took the lock on arrival while others were queued.
+    /// Writers past the fast path (the lock was held, or waiters were
+    /// queued) that found the lock free and took it before spinning or
+    /// queueing, ahead of any queued waiter.
     pub wlock_steal: u64,
     /// Optimistic spins that took the lock (`rwsem_opt_lock`).
     pub opt_lock: u64,
     /// Optimistic spins that gave up and queued (`rwsem_opt_fail`).
     pub opt_fail: u64,
-    /// Writers that queued without spinning: another writer was spinning,
-    /// readers had made the lock non-spinnable, or a handoff was pending
-    /// (`rwsem_opt_nospin`).
+    /// Writers that queued without spinning: another writer was spinning, or
+    /// readers had made the lock non-spinnable (`rwsem_opt_nospin`).
     pub opt_nospin: u64,
     /// Queued writers that took the lock (`rwsem_wlock`).
     pub wlock: u64,

@@ -450,8 +450,8 @@ impl RawRwSem {
     fn up_read(&self) {
         // Release pairs with the next owner's acquire read-modify-write of
         // `count` (`read_fast`, `write_fast`, `try_lock_shared`,
-        // `try_write_lock`, `optimistic_spin`, the grant in `mark_wake`) or
-        // its acquire load in `read_slow`.
+        // `try_write_lock`, `try_steal_write` for stealers and spinners, the
+        // grant in `mark_wake`) or its acquire load in `read_slow`.
         let count = self
             .count
             .fetch_sub(READER_BIAS, Ordering::Release)
