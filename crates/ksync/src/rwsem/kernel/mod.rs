@@ -1088,6 +1088,59 @@ mod tests {
         panic!("never managed to take the lock back before the woken head");
     }
 
+    /// A writer is kicked and, while it cannot look at the lock (we hold
+    /// the wait-list lock), a running writer steals the lock and releases
+    /// it: the release must skip the wake-up (`WOKEN`), and the woken
+    /// writer must still get in afterwards. A release that tried to wake
+    /// would block on the wait-list lock we hold, and the test would fail at
+    /// its deadline.
+    #[test]
+    fn a_release_skips_the_wake_up_while_the_woken_writer_is_on_its_way() {
+        for _attempt in 0..20 {
+            let sem = Arc::new(RawRwSem::new());
+            let held = sem.lock_exclusive();
+            let waiter = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let g = sem.lock_exclusive();
+                    // SAFETY: `g` is ours.
+                    unsafe { sem.unlock_exclusive(g) };
+                })
+            };
+            wait_for(&sem, WAITERS);
+            std::thread::sleep(Duration::from_millis(1));
+            // SAFETY: `held` is ours. The queued writer is kicked.
+            unsafe { sem.unlock_exclusive(held) };
+            let list = sem.wait.lock();
+            if count(&sem) & (WOKEN | HANDOFF) != WOKEN {
+                // It looked before we took the list lock, or waited long
+                // enough for a handoff; try again.
+                drop(list);
+                waiter.join().unwrap();
+                continue;
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stealer = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let g = sem.lock_exclusive();
+                    // SAFETY: `g` is ours.
+                    unsafe { sem.unlock_exclusive(g) };
+                    tx.send(()).unwrap();
+                })
+            };
+            let released = rx.recv_timeout(Duration::from_secs(10));
+            assert_eq!(count(&sem), WAITERS | WOKEN, "{sem:?}");
+            drop(list);
+            released.expect("the release tried to wake the woken writer again");
+            stealer.join().unwrap();
+            waiter.join().unwrap();
+            assert_eq!(count(&sem), 0);
+            return;
+        }
+        panic!("the kicked writer always looked before we held the list lock");
+    }
+
     impl RawRwSem {
         /// Whether `HANDOFF` names the first waiter (false with nobody queued).
         fn first_waiter_has_handoff(&self) -> bool {
