@@ -454,7 +454,8 @@ mod kernel_steals {
         // `LOOM_MAX_PREEMPTIONS=3` or 4 releases or queues again while the
         // kicked writer has not looked, so `wake_skipped` stays 0 here
         // (natively it is most releases under writer contention: see
-        // `ksync-lab rwsem`).
+        // `ksync-lab rwsem`; the unit test `a_release_skips_the_wake_up_...`
+        // in `src/rwsem/kernel/mod.rs` forces it).
         assert!(e.wlock_steal > 0 && e.wake_writer > 0, "{e:?}");
     }
 
