@@ -14,6 +14,7 @@ use crate::peers::registry::with_lock_stats;
 use crate::peers::rwlock::registry::{self as rwlocks, RwEntry, RW_LOCKS};
 use crate::workloads::rw_mix::{Mix, MixLoop, MIXES};
 use crate::workloads::share_range;
+use ksync::rwsem::RwSemStats;
 use std::time::Duration;
 
 impl Named for Mix {
@@ -44,7 +45,8 @@ pub fn mixes_table() -> Table {
     }
     t.note(
         "The April 2001 thread names the modes but not their thread counts; these are the \
-         lab's reading (r-modes print only reads, w-modes only writes)."
+         lab's reading (r-modes print only reads, w-modes only writes). wo0 and rw0 are the \
+         lab's own."
             .into(),
     );
     t
@@ -58,7 +60,9 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
     for lock in locks {
         let mut last_stats = None;
         let m = lab.measure(&format!("rwsem {} {}", mix.name, lock.name), || {
+            ksync::rwsem::reset_rwsem_stats();
             let r = lock.dispatch(MixLoop { mix, duration });
+            let events = ksync::rwsem::rwsem_stats();
             last_stats = r.lock_stats;
             let (rmin, rmax) = share_range(&r.per_reader);
             let (wmin, wmax) = share_range(&r.per_writer);
@@ -91,6 +95,11 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
                 r.longest_write_wait.as_secs_f64() * 1e6,
             )
             .metric("exact", f64::from(u8::from(r.exact)));
+            let rec = if counts_rwsem_events(lock) {
+                event_metrics(rec, &events, r.reads + r.writes)
+            } else {
+                rec
+            };
             match &r.lock_stats {
                 Some(s) => rec.lock_stats(s),
                 None => rec,
@@ -146,6 +155,13 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
             },
         ]);
     }
+    for p in points.iter().filter(|p| !p.get("ev_sleeps").is_nan()) {
+        table.note(events_note(p));
+    }
+    if mix.writers > 1 && points.iter().any(|p| is_spin_rwsem(&p.record.lock)) {
+        table.note(SPIN_RWSEM_UNDER_PREEMPTION.into());
+    }
+
     lab.print(&format!(
         "\n## rwsem mix {}: {} readers, {} writers, load {} us, interval {} us, {seconds:.1} s\n\n{}",
         mix.name,
@@ -159,6 +175,64 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
     points
 }
 
+/// Why the 2001 design's writer mixes look as they do, printed under them.
+const SPIN_RWSEM_UNDER_PREEMPTION: &str = "spin-rwsem is the 2001 generic rwsem: every \
+    acquisition and release takes one spinlock, and every contended writer is granted the \
+    lock directly, in FIFO order. With more threads than CPUs the scheduler preempts \
+    spinlock holders and granted writers that have not run yet; every other thread then \
+    spins or waits out that thread's time slice. The kernel never preempts a spinlock \
+    holder, so there the design only pays for the hand-over; here its writer mixes run at \
+    a small fraction of the others' rate.";
+
+/// Whether `lock` is the 2001 design, bare or in `Stat`.
+fn is_spin_rwsem(lock: &str) -> bool {
+    matches!(lock, "spin-rwsem" | "spin-rwsem+stat")
+}
+
+/// Whether `lock` is a `RawRwSem`, bare or in `Stat`, whose lock events
+/// (`ksync::rwsem::rwsem_stats`) the run counts.
+fn counts_rwsem_events(lock: &RwEntry) -> bool {
+    matches!(lock.name, "rwsem" | "rwsem+stat")
+}
+
+/// `RawRwSem`'s lock events over one run, per 1000 acquisitions.
+fn event_metrics(rec: Record, e: &RwSemStats, acquisitions: u64) -> Record {
+    let per_kop = |n: u64| n as f64 * 1000.0 / acquisitions.max(1) as f64;
+    rec.metric("ev_rlock_steals", per_kop(e.rlock_steal))
+        .metric("ev_wlock_steals", per_kop(e.wlock_steal))
+        .metric("ev_spin_won", per_kop(e.opt_lock))
+        .metric("ev_spin_lost", per_kop(e.opt_fail))
+        .metric("ev_spin_none", per_kop(e.opt_nospin))
+        .metric("ev_sleeps", per_kop(e.sleeps()))
+        .metric("ev_wake_reader", per_kop(e.wake_reader))
+        .metric("ev_wake_writer", per_kop(e.wake_writer))
+        .metric("ev_woken_lost", per_kop(e.woken_lost))
+        .metric("ev_wake_skipped", per_kop(e.wake_skipped))
+        .metric("ev_handoffs", per_kop(e.handoffs()))
+}
+
+/// The table note that shows one point's lock events.
+fn events_note(p: &Measured) -> String {
+    format!(
+        "{} lock events per 1000 acquisitions: steals {:.1} by readers, {:.1} by writers; \
+         writer spins {:.1} won, {:.1} lost, {:.1} not spun; sleeps {:.1}; futex wakes {:.1} \
+         of readers, {:.1} of writers; woken writers that lost {:.1}; wakes skipped {:.1}; \
+         handoffs {:.2}",
+        p.record.lock,
+        p.get("ev_rlock_steals"),
+        p.get("ev_wlock_steals"),
+        p.get("ev_spin_won"),
+        p.get("ev_spin_lost"),
+        p.get("ev_spin_none"),
+        p.get("ev_sleeps"),
+        p.get("ev_wake_reader"),
+        p.get("ev_wake_writer"),
+        p.get("ev_woken_lost"),
+        p.get("ev_wake_skipped"),
+        p.get("ev_handoffs"),
+    )
+}
+
 /// `rwsem`'s options.
 #[derive(clap::Args, Debug)]
 #[command(
@@ -166,10 +240,12 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
     see --list-mixes):\n  \
     rw  8 readers + 4 writers, load 2 us, interval 2 us\n  \
     r1  1 reader\n  r2  2 readers\n  ro  16 readers, load 2 us, interval 2 us\n  \
-    w1  1 writer\n  wo  16 writers, load 2 us, interval 2 us"
+    w1  1 writer\n  wo  16 writers, load 2 us, interval 2 us\n\
+    The lab's zero-load twins, which show what the lock word and wake-ups cost:\n  \
+    wo0 16 writers, no load\n  rw0 8 readers + 4 writers, no load"
 )]
 pub struct Args {
-    /// Comma-separated mixes: rw, r1, r2, ro, w1, wo; default: all.
+    /// Comma-separated mixes: rw, r1, r2, ro, w1, wo, wo0, rw0; default: all.
     #[arg(long, value_delimiter = ',')]
     pub mixes: Vec<String>,
     /// Comma-separated reader-writer locks (see `list`); default: all.

@@ -1,6 +1,7 @@
 //! The reader-writer mixes of David Howells' "rw_semaphores, optimisations"
 //! thread (LKML, April 2001), in which Andrea Arcangeli compared rwsem
-//! designs: `rw`, `r1`, `r2`, `ro`, `w1`, `wo`.
+//! designs: `rw`, `r1`, `r2`, `ro`, `w1`, `wo`; and two zero-load twins of
+//! the lab's own, `wo0` and `rw0`.
 //!
 //! The 2001 test programs are not public; their descendant, Howells'
 //! `synchro-test` module, runs `rd` reader and `wr` writer threads for a
@@ -34,9 +35,12 @@ pub struct Mix {
     pub about: &'static str,
 }
 
-/// The six mixes. Load and interval follow synchro-test's defaults (2 µs)
-/// for the contended modes and are zero for the single-thread fast-path ones.
-pub const MIXES: [Mix; 6] = [
+/// The six mixes of the thread, then two of the lab's own. Load and interval
+/// follow synchro-test's defaults (2 µs) for the contended modes and are zero
+/// for the single-thread fast-path ones. `wo0` and `rw0` are `wo` and `rw`
+/// with zero load and interval: 2 µs of busy work per acquisition hides what
+/// the lock word and the wake-ups cost, so these two show it.
+pub const MIXES: [Mix; 8] = [
     Mix {
         name: "rw",
         readers: 8,
@@ -84,6 +88,22 @@ pub const MIXES: [Mix; 6] = [
         load_us: 2,
         interval_us: 2,
         about: "many writers only",
+    },
+    Mix {
+        name: "wo0",
+        readers: 0,
+        writers: 16,
+        load_us: 0,
+        interval_us: 0,
+        about: "wo with no load: the lock word and hand-overs alone (the lab's, not the thread's)",
+    },
+    Mix {
+        name: "rw0",
+        readers: 8,
+        writers: 4,
+        load_us: 0,
+        interval_us: 0,
+        about: "rw with no load: phase changes alone (the lab's, not the thread's)",
     },
 ];
 

@@ -60,6 +60,7 @@ use lock_api::GuardSend;
 
 use super::wait_list::{Kind, List, WaitGuard, WaitLock, Waiter, Wakeups};
 use crate::futex::Wake;
+use crate::spin::RawTasLock;
 
 struct State {
     readers: usize,
@@ -97,6 +98,9 @@ impl State {
     }
 }
 
+#[cfg(not(loom))]
+type Guard<'a> = WaitGuard<'a, RawTasLock, State>;
+#[cfg(loom)]
 type Guard<'a> = WaitGuard<'a, State>;
 
 /// The 2001 generic reader-writer semaphore: reader and writer counts under a
@@ -121,7 +125,7 @@ type Guard<'a> = WaitGuard<'a, State>;
 /// assert_eq!(*HITS.read(), [1; 4]);
 /// ```
 pub struct RawSpinRwSem {
-    state: WaitLock<State>,
+    state: WaitLock<RawTasLock, State>,
 }
 
 /// A [`lock_api::RwLock`] guarded by a [`RawSpinRwSem`].
@@ -136,7 +140,7 @@ impl RawSpinRwSem {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         RawSpinRwSem {
-            state: WaitLock::new(State::new()),
+            state: WaitLock::new(RawTasLock::new(), State::new()),
         }
     }
 

@@ -41,8 +41,6 @@
 use core::ptr;
 
 use crate::futex::{self, Wake};
-#[cfg(not(loom))]
-use crate::spin::RawTasLock;
 use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 use std::time::Instant;
 
@@ -51,34 +49,43 @@ const KICKED: u32 = 1;
 const GRANTED: u32 = 2;
 
 /// The lock around a wait list (and whatever state the semaphore keeps with
-/// it): a [`RawTasLock`], held for a few dozen instructions at a time and
-/// never across a sleep or a wake-up.
+/// it), held for a few dozen instructions at a time and never across a sleep
+/// or a wake-up. `R` is the raw lock: the 2001 design spins
+/// ([`RawTasLock`](crate::spin::RawTasLock)); the kernel design sleeps after a
+/// short spin ([`RawSemLock`](crate::sem::RawSemLock)), so a holder that is
+/// preempted does not make every waiter spin out its time slice.
 ///
-/// Under loom it is loom's own `Mutex` instead. The spinlock's exclusion and
-/// ordering are model-checked on their own (`tests/loom/tas.rs`); here loom
-/// checks the semaphores on top of a lock with the same contract. With a spin
-/// wait inside the models, loom also explores schedules in which two spinners
-/// keep yielding to each other while the holder never runs again, which no
-/// fair scheduler produces and which never terminate.
-pub(super) struct WaitLock<T> {
+/// Under loom it is loom's own `Mutex` instead, whatever `R`. The raw locks'
+/// exclusion and ordering are model-checked on their own (`tests/loom/tas.rs`,
+/// `tests/loom/sem.rs`); here loom checks the semaphores on top of a lock
+/// with the same contract. With a spin wait inside the models, loom also
+/// explores schedules in which two spinners keep yielding to each other
+/// while the holder never runs again, which no fair scheduler produces and
+/// which never terminate.
+pub(super) struct WaitLock<R, T> {
     #[cfg(not(loom))]
-    inner: lock_api::Mutex<RawTasLock, T>,
+    inner: lock_api::Mutex<R, T>,
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
+    #[cfg(loom)]
+    raw: core::marker::PhantomData<R>,
 }
 
-/// Proof of holding a [`WaitLock`]; dereferences to the protected state.
+/// Proof of holding a [`WaitLock`] with raw lock `R`; dereferences to the
+/// protected state.
 #[cfg(not(loom))]
-pub(super) type WaitGuard<'a, T> = lock_api::MutexGuard<'a, RawTasLock, T>;
+pub(super) type WaitGuard<'a, R, T> = lock_api::MutexGuard<'a, R, T>;
 /// Proof of holding a [`WaitLock`]; dereferences to the protected state.
+/// (Under loom the raw lock is not used, and a type alias cannot name an
+/// unused parameter.)
 #[cfg(loom)]
 pub(super) type WaitGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
-impl<T> WaitLock<T> {
+impl<R: lock_api::RawMutex, T> WaitLock<R, T> {
     #[cfg(not(loom))]
-    pub(super) const fn new(value: T) -> Self {
+    pub(super) const fn new(raw: R, value: T) -> Self {
         WaitLock {
-            inner: lock_api::Mutex::from_raw(RawTasLock::new(), value),
+            inner: lock_api::Mutex::from_raw(raw, value),
         }
     }
 
@@ -86,14 +93,18 @@ impl<T> WaitLock<T> {
     pub(super) fn new(value: T) -> Self {
         WaitLock {
             inner: loom::sync::Mutex::new(value),
+            raw: core::marker::PhantomData,
         }
     }
 
+    #[cfg(not(loom))]
     #[inline]
+    pub(super) fn lock(&self) -> WaitGuard<'_, R, T> {
+        self.inner.lock()
+    }
+
+    #[cfg(loom)]
     pub(super) fn lock(&self) -> WaitGuard<'_, T> {
-        #[cfg(not(loom))]
-        return self.inner.lock();
-        #[cfg(loom)]
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -395,7 +406,8 @@ impl<X> Wakeups<X> {
 
     /// Publishes the grants and issues the futex wakes. Call after dropping the
     /// wait-list lock.
-    pub(super) fn deliver(self) {
+    pub(super) fn deliver(self) -> Delivered {
+        let mut delivered = Delivered::default();
         let mut cursor = self.first;
         // SAFETY: each chained node was dequeued by us and its owner waits for
         // `GRANTED` before it lets the node go, so the node is alive until the
@@ -408,12 +420,22 @@ impl<X> Wakeups<X> {
             node.word.store(GRANTED, Ordering::Release);
             // SAFETY: `word` was the node's futex word; see `wake_ptr`.
             unsafe { futex::wake_ptr(word, 1) };
+            delivered.grants += 1;
         }
         if !self.kick.is_null() {
             // SAFETY: `kick` is a waiter's futex word; see `wake_ptr`.
             unsafe { futex::wake_ptr(self.kick, 1) };
+            delivered.kicks += 1;
         }
+        delivered
     }
+}
+
+/// What [`Wakeups::deliver`] did: one `FUTEX_WAKE` per grant and per kick.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Delivered {
+    pub(super) grants: u64,
+    pub(super) kicks: u64,
 }
 
 #[cfg(all(test, not(loom)))]

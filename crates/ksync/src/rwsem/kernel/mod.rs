@@ -7,8 +7,8 @@
 //! `count` (`usize`):
 //!
 //! ```text
-//!  bit  N-1      N-2 ... 8        7..3       2         1         0
-//!      READ_FAIL  reader count    reserved   HANDOFF   WAITERS   WRITER_LOCKED
+//!  bit  N-1      N-2 ... 8      7..4      3       2        1        0
+//!      READ_FAIL  reader count  reserved  WOKEN   HANDOFF  WAITERS  WRITER_LOCKED
 //! ```
 //!
 //! * `WRITER_LOCKED`: a writer holds the lock.
@@ -21,15 +21,25 @@
 //! * `HANDOFF`: the lock is promised to the first waiter, which has waited at
 //!   least [`HANDOFF_AFTER`]; whenever it is set, the first waiter's
 //!   `handoff_set` is set too. Set and cleared only under the wait-list lock.
+//! * `WOKEN`: the writer at the front of the list was kicked and has not yet
+//!   looked at the lock again; its `woken` flag is set too. While it is set,
+//!   unlocks wake nobody: at most one woken-but-not-yet-running waiter exists
+//!   at a time (ksync's own; the kernel's woken task is scheduled at once,
+//!   ours may sit on a run queue behind others for a time slice). Set only
+//!   under the wait-list lock; cleared by that writer in the compare-and-swap
+//!   of its next look at the lock, or when it leaves the list.
 //! * `READ_FAIL`: the guard bit (the kernel's "count is negative"): with
 //!   `N-9` bits of reader count it is reached only by absurd numbers of leaked
 //!   read guards; it fails every reader fast path and stops batch grants.
 //!
-//! `owner` is a hint, never needed for correctness: the holding writer's
-//! token (the address of a thread-local), or `OWNER_READER` after a reader
-//! acquired, plus `OWNER_NONSPINNABLE` once a writer gave up spinning on a
-//! reader-owned lock. `spinner` admits one optimistic spinner at a time.
-//! `wait` is a [`RawTasLock`](crate::spin::RawTasLock) around the [`List`] of
+//! `owner` is a hint, never needed for correctness: 0 after a writer
+//! acquired (the kernel stores the owning task, which its spinners use to ask
+//! whether the owner is on a CPU; user space cannot ask, so spinners here
+//! only tell a writer from readers, and a writer hand-over stores nothing),
+//! or `OWNER_READER` after a reader acquired, plus `OWNER_NONSPINNABLE` once
+//! a writer gave up spinning on a reader-owned lock. `spinner` admits one optimistic spinner at a time.
+//! `wait` is a [`RawSemLock`](crate::sem::RawSemLock) (a short spin, then a
+//! futex sleep: see [`WaitLock`]) around the [`List`] of
 //! waiter nodes, each on its thread's stack (see [`super::wait_list`] for the
 //! grant handshake).
 //!
@@ -41,11 +51,15 @@
 //!   the result has none of `WRITER_LOCKED | WAITERS | HANDOFF | READ_FAIL`.
 //!   So new readers do not barge past anyone queued. On failure the bias stays
 //!   in and the slow path starts with it.
-//! * write lock (`down_write`): compare-and-swap `0 -> WRITER_LOCKED`.
+//! * write lock (`down_write`): compare-and-swap `0 -> WRITER_LOCKED`. On
+//!   failure the slow path first *steals* a free lock (compare-and-swap in
+//!   `WRITER_LOCKED` whatever `WAITERS` and `WOKEN` say, unless `HANDOFF` is
+//!   set): running threads keep the lock busy while a woken waiter is still on
+//!   its way to a CPU.
 //! * read unlock (`up_read`): `fetch_sub(READER_BIAS)`; if that leaves no
-//!   holder but `WAITERS`, wake the list.
+//!   holder but `WAITERS`, wake the list, unless `WOKEN`.
 //! * write unlock (`up_write`): `fetch_sub(WRITER_LOCKED)`; if `WAITERS` was
-//!   set, wake the list.
+//!   set, wake the list, unless `WOKEN` was.
 //! * downgrade (`downgrade_write`): `fetch_add(READER_BIAS - WRITER_LOCKED)`;
 //!   if `WAITERS` and a reader is first, grant the queued readers (a batch, as
 //!   in the wake engine below; a writer first is left alone).
@@ -65,21 +79,26 @@
 //!
 //! Writer slow path (`rwsem_down_write_slowpath`):
 //!
-//! 1. Spin optimistically (below); success means it holds the lock.
+//! 1. Steal a free lock (above), else spin optimistically (below); success
+//!    means it holds the lock.
 //! 2. Queue a write node (set `WAITERS` if first, else wake readers at the head
 //!    if the lock is free or reader-owned). Then, under the wait-list lock,
 //!    loop (`rwsem_try_write_lock`): with `HANDOFF` set and someone else
 //!    first, fail; if the lock is held, fail, but first set `HANDOFF` if this
 //!    waiter has waited [`HANDOFF_AFTER`] (marking the first waiter); if it is
 //!    free, compare-and-swap in `WRITER_LOCKED`, clearing `HANDOFF`, and
-//!    `WAITERS` if it is the only waiter, and dequeue itself. On failure
+//!    `WAITERS` if it is the only waiter, and dequeue itself. A woken writer
+//!    takes `WOKEN` out in that same compare-and-swap, whether it wins or
+//!    fails, so an unlocker either saw `WOKEN` and skipped its wake-up (and
+//!    this look sees its release) or comes later and wakes. On failure
 //!    sleep until kicked; a waiter the handoff names spins on a running
 //!    owner first and retries without sleeping if the lock comes free.
 //!
 //! Wake engine (`rwsem_mark_wake`, wait-list lock held), by what is first:
 //!
-//! * a writer: kick it (it retries for itself; stealers may still beat it
-//!   until it sets `HANDOFF`). Only for wake-ups of type *any*.
+//! * a writer: kick it, setting `WOKEN`, unless it was kicked already (it
+//!   retries for itself; stealers may still beat it until it sets
+//!   `HANDOFF`). Only for wake-ups of type *any*.
 //! * a reader: unless the caller already holds a read lock, add one bias to
 //!   grant it; if that finds `WRITER_LOCKED` (a writer stole the lock), take
 //!   the bias out again, setting `HANDOFF` if the reader has waited long
@@ -93,17 +112,24 @@
 //! A timed-out waiter takes the wait-list lock. If a waker already dequeued
 //! it, the grant is on its way: it waits for it and succeeds. Otherwise it
 //! unlinks itself (`rwsem_del_wake_waiter`): if the list emptied it clears
-//! `WAITERS` and `HANDOFF`; if it was first, it clears `HANDOFF` (the promise
-//! was to it) and wakes the new first waiter, which may be able to run now.
+//! `WAITERS`, `HANDOFF` and `WOKEN`; if it was first, it clears `HANDOFF` and
+//! `WOKEN` (both named it) and wakes the new first waiter, which may be able
+//! to run now.
 //!
 //! # Writer optimistic spinning
 //!
-//! A writer spins on the lock before it queues while the owner keeps making
-//! progress, within time limits that stand in for the kernel's "owner is on a
-//! CPU" and `need_resched()` (`spin.rs`).
+//! A writer spins on the lock before it queues for at most one context
+//! switch, measured ([`crate::spin_budget::context_switch`]), which stands in
+//! for the kernel's "owner is on a CPU" and `need_resched()` (`spin.rs`).
+//!
+//! # The wait-list lock
+//!
+//! Held for a few dozen instructions, but a holder can be preempted, so it is
+//! a [`RawSemLock`]: a short spin, then a futex sleep. A spinlock here (the
+//! 2001 design's) makes every thread that needs the list spin out the
+//! preempted holder's time slice.
 //!
 //! # Handoff
-//!
 //!
 //! A waiter may request handoff once it has waited [`HANDOFF_AFTER`] (the
 //! kernel's `RWSEM_WAIT_TIMEOUT`, at least 4 ms): a writer at its next failed
@@ -140,21 +166,23 @@
 //! lock is loom's `Mutex` there (see [`WaitLock`]).
 
 use core::fmt;
-use core::ptr;
 use std::time::{Duration, Instant};
 
 use lock_api::GuardSend;
 
 mod spin;
 
+use super::events::{self, Event};
 use super::wait_list::{Kind, List, ListCell, WaitLock, Waiter, Wakeups};
 use crate::futex::Wake;
 use crate::relax;
+use crate::sem::RawSemLock;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 
 const WRITER_LOCKED: usize = 1 << 0;
 const WAITERS: usize = 1 << 1;
 const HANDOFF: usize = 1 << 2;
+const WOKEN: usize = 1 << 3;
 const READER_SHIFT: u32 = 8;
 const READER_BIAS: usize = 1 << READER_SHIFT;
 const READ_FAIL: usize = 1 << (usize::BITS - 1);
@@ -207,6 +235,9 @@ struct WaitInfo {
     since: Stamp,
     /// Whether `HANDOFF` names this waiter.
     handoff_set: ListCell<bool>,
+    /// Whether `WOKEN` names this waiter: it was kicked and has not yet
+    /// looked at the lock again.
+    woken: ListCell<bool>,
 }
 
 impl WaitInfo {
@@ -214,12 +245,21 @@ impl WaitInfo {
         WaitInfo {
             since: Stamp::now(),
             handoff_set: ListCell::new(false),
+            woken: ListCell::new(false),
         }
     }
 }
 
 type Node = Waiter<WaitInfo>;
 type WaitList = List<WaitInfo>;
+
+/// Delivers `wakeups` (after the wait-list lock is dropped) and counts the
+/// futex wakes.
+fn deliver(wakeups: Wakeups<WaitInfo>) {
+    let delivered = wakeups.deliver();
+    events::add(Event::WakeReader, delivered.grants);
+    events::add(Event::WakeWriter, delivered.kicks);
+}
 
 /// What a wake-up may do (the kernel's `rwsem_wake_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +301,7 @@ pub struct RawRwSem {
     count: AtomicUsize,
     owner: AtomicUsize,
     spinner: AtomicBool,
-    wait: WaitLock<WaitList>,
+    wait: WaitLock<RawSemLock, WaitList>,
 }
 
 /// A [`lock_api::RwLock`] guarded by a [`RawRwSem`].
@@ -271,17 +311,6 @@ pub type RwSemReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSem, T>;
 /// The exclusive guard of an [`RwSem`].
 pub type RwSemWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSem, T>;
 
-/// This thread's writer token for the `owner` hint: the address of a
-/// thread-local, nonzero and 4-aligned so the two flag bits stay clear.
-#[inline]
-fn writer_token() -> usize {
-    #[cfg(not(loom))]
-    std::thread_local!(static TOKEN: u32 = const { 0 });
-    #[cfg(loom)]
-    loom::thread_local!(static TOKEN: u32 = 0);
-    TOKEN.with(|token| ptr::from_ref(token).addr())
-}
-
 impl RawRwSem {
     /// A new, unlocked semaphore.
     #[cfg(not(loom))]
@@ -290,7 +319,7 @@ impl RawRwSem {
             count: AtomicUsize::new(0),
             owner: AtomicUsize::new(0),
             spinner: AtomicBool::new(false),
-            wait: WaitLock::new(List::new()),
+            wait: WaitLock::new(RawSemLock::new(), List::new()),
         }
     }
 
@@ -307,9 +336,15 @@ impl RawRwSem {
 
     // ----- owner hint -----
 
+    /// Marks the lock writer-owned, which the hint says with 0 (no reader
+    /// phase, nothing non-spinnable). Spinners only need to tell a writer
+    /// from readers, so a writer hand-over stores nothing when the hint is 0
+    /// already: under writer contention the line is then only read.
     #[inline]
     fn set_writer_owned(&self) {
-        self.owner.store(writer_token(), Ordering::Relaxed);
+        if self.owner.load(Ordering::Relaxed) != 0 {
+            self.owner.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Marks the lock reader-owned, keeping `OWNER_NONSPINNABLE`; skips the
@@ -343,6 +378,41 @@ impl RawRwSem {
     }
 
     // ----- fast paths -----
+
+    /// Takes a free lock for a running writer, whether or not others are
+    /// queued, unless a handoff promised it to the first waiter. Returns
+    /// whether it did.
+    #[inline]
+    fn try_steal_write(&self, mut count: usize) -> bool {
+        while count & (LOCK_MASK | HANDOFF) == 0 {
+            // Acquire pairs with the release read-modify-writes of `count`
+            // in `up_read`, `up_write` and `downgrade`.
+            match self.count.compare_exchange_weak(
+                count,
+                count | WRITER_LOCKED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.set_writer_owned();
+                    return true;
+                }
+                Err(actual) => count = actual,
+            }
+        }
+        false
+    }
+
+    /// A writer that missed the fast path steals the lock if it is free:
+    /// running threads keep the lock busy while woken waiters are still on
+    /// their way to a CPU.
+    fn steal_write(&self) -> bool {
+        let stolen = self.try_steal_write(self.count.load(Ordering::Relaxed));
+        if stolen {
+            events::bump(Event::WlockSteal);
+        }
+        stolen
+    }
 
     /// One reader bias in; `Err` carries the new count when that is not a
     /// read lock (the bias stays in for the slow path).
@@ -380,25 +450,36 @@ impl RawRwSem {
     fn up_read(&self) {
         // Release pairs with the next owner's acquire read-modify-write of
         // `count` (`read_fast`, `write_fast`, `try_lock_shared`,
-        // `try_write_lock`, `optimistic_spin`, the grant in `mark_wake`) or
-        // its acquire load in `read_slow`.
+        // `try_write_lock`, `try_steal_write` for stealers and spinners, the
+        // grant in `mark_wake`) or its acquire load in `read_slow`.
         let count = self
             .count
             .fetch_sub(READER_BIAS, Ordering::Release)
             .wrapping_sub(READER_BIAS);
         if count & (LOCK_MASK | WAITERS) == WAITERS {
             self.clear_nonspinnable();
-            self.wake();
+            self.wake_unless_woken(count);
         }
     }
 
     #[inline]
     fn up_write(&self) {
-        self.owner.store(0, Ordering::Relaxed);
         // Release: as in `up_read`.
         let old = self.count.fetch_sub(WRITER_LOCKED, Ordering::Release);
         if old & WAITERS != 0 {
+            self.wake_unless_woken(old);
+        }
+    }
+
+    /// An unlock found `WAITERS` in `count`: wakes the list, unless a waiter
+    /// woken earlier is still on its way to look at the lock (`WOKEN`); that
+    /// one will see the lock as this unlock left it.
+    #[inline]
+    fn wake_unless_woken(&self, count: usize) {
+        if count & WOKEN == 0 {
             self.wake();
+        } else {
+            events::bump(Event::WakeSkipped);
         }
     }
 
@@ -411,7 +492,7 @@ impl RawRwSem {
         let mut list = self.wait.lock();
         self.mark_wake(&mut list, WakeType::Any, &mut wakeups);
         drop(list);
-        wakeups.deliver();
+        deliver(wakeups);
     }
 
     /// The kernel's `rwsem_mark_wake`; see the module documentation.
@@ -421,7 +502,7 @@ impl RawRwSem {
         };
         if first.kind() == Kind::Write {
             if wake_type == WakeType::Any {
-                wakeups.kick(list, first);
+                self.kick_writer(list, first, wakeups);
             }
             return;
         }
@@ -443,6 +524,7 @@ impl RawRwSem {
                 if first.extra().since.exceeded(HANDOFF_AFTER) {
                     if old & HANDOFF == 0 {
                         undo -= HANDOFF;
+                        events::bump(Event::RlockHandoff);
                     }
                     first.extra().handoff_set.set(list, true);
                 }
@@ -465,6 +547,40 @@ impl RawRwSem {
         if adjustment != 0 {
             self.count.fetch_add(adjustment, Ordering::Relaxed);
         }
+    }
+
+    /// Kicks `first`, the writer at the front, unless it was kicked already
+    /// and has not yet looked at the lock: at most one woken waiter is on its
+    /// way at any time, so releases in a row do not each pay a futex wake
+    /// for a thread that cannot run any sooner.
+    fn kick_writer(&self, list: &WaitList, first: &Node, wakeups: &mut Wakeups<WaitInfo>) {
+        self.check_woken(list);
+        let woken = &first.extra().woken;
+        if woken.get(list) {
+            events::bump(Event::WakeSkipped);
+            return;
+        }
+        // Relaxed: `WOKEN` changes only under the wait-list lock, which we
+        // hold; an unlocker that reads it set only skips a wake-up that this
+        // kick already covers.
+        self.count.fetch_or(WOKEN, Ordering::Relaxed);
+        woken.set(list, true);
+        wakeups.kick(list, first);
+    }
+
+    /// Under loom, asserts `WOKEN`'s invariant (wait-list lock held): the bit
+    /// is set exactly when the first waiter's `woken` flag is, so at most one
+    /// kicked waiter is on its way. Natively it costs nothing.
+    #[inline]
+    fn check_woken(&self, list: &WaitList) {
+        #[cfg(loom)]
+        {
+            let flagged = list.front().is_some_and(|f| f.extra().woken.get(list));
+            let bit = self.count.load(Ordering::Relaxed) & WOKEN != 0;
+            assert_eq!(bit, flagged, "WOKEN does not match the first waiter");
+        }
+        #[cfg(not(loom))]
+        let _ = list;
     }
 
     /// The kernel's `rwsem_cond_wake_waiter`: after queueing, wake the list if
@@ -490,14 +606,16 @@ impl RawRwSem {
         list.remove(node);
         if list.is_empty() {
             self.count
-                .fetch_and(!(WAITERS | HANDOFF), Ordering::Relaxed);
+                .fetch_and(!(WAITERS | HANDOFF | WOKEN), Ordering::Relaxed);
         } else if was_first {
-            // `HANDOFF` named the waiter that is leaving.
-            if self.count.load(Ordering::Relaxed) & HANDOFF != 0 {
-                self.count.fetch_and(!HANDOFF, Ordering::Relaxed);
+            // `HANDOFF`, and `WOKEN` if set, named the waiter that is leaving.
+            if self.count.load(Ordering::Relaxed) & (HANDOFF | WOKEN) != 0 {
+                self.count.fetch_and(!(HANDOFF | WOKEN), Ordering::Relaxed);
             }
+            node.extra().woken.set(list, false);
             self.mark_wake(list, WakeType::Any, &mut wakeups);
         }
+        self.check_woken(list);
         wakeups
     }
 
@@ -514,6 +632,7 @@ impl RawRwSem {
             && count & WRITER_LOCKED == 0;
         if !likely_reader_owned && count & (WRITER_LOCKED | HANDOFF | READ_FAIL) == 0 {
             // Steal: our bias is a read lock already.
+            events::bump(Event::RlockSteal);
             self.set_reader_owned();
             if readers == 1 && count & WAITERS != 0 {
                 // First reader of a new reader phase: bring the queued ones.
@@ -521,7 +640,7 @@ impl RawRwSem {
                 let mut list = self.wait.lock();
                 self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
             }
             return true;
         }
@@ -535,6 +654,7 @@ impl RawRwSem {
             if self.count.load(Ordering::Acquire) & WRITER_LOCKED == 0 {
                 // Nobody queued and no writer: our bias is a read lock.
                 drop(list);
+                events::bump(Event::RlockFast);
                 self.set_reader_owned();
                 return true;
             }
@@ -551,23 +671,27 @@ impl RawRwSem {
         let mut wakeups = Wakeups::new();
         self.cond_wake(&mut list, count, &mut wakeups);
         drop(list);
-        wakeups.deliver();
+        deliver(wakeups);
 
         loop {
             if node.is_granted() {
+                events::bump(Event::Rlock);
                 return true;
             }
+            events::bump(Event::SleepReader);
             if node.sleep(deadline) == Wake::TimedOut {
                 let mut list = self.wait.lock();
                 if !list.is_queued(&node) {
                     // Dequeued by a waker: the grant beats the deadline.
                     drop(list);
                     node.wait_for_grant();
+                    events::bump(Event::Rlock);
                     return true;
                 }
                 let wakeups = self.remove_waiter(&mut list, &node);
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
+                events::bump(Event::RlockFail);
                 return false;
             }
         }
@@ -577,7 +701,7 @@ impl RawRwSem {
 
     #[cold]
     fn write_slow(&self, deadline: Option<Instant>) -> bool {
-        if self.optimistic_spin() {
+        if self.steal_write() || self.optimistic_spin() {
             return true;
         }
 
@@ -595,46 +719,66 @@ impl RawRwSem {
             self.cond_wake(&mut list, count, &mut wakeups);
             if !wakeups.is_empty() {
                 drop(list);
-                wakeups.deliver();
+                deliver(wakeups);
                 list = self.wait.lock();
             }
         }
 
+        let mut woken = false;
         loop {
             node.rearm(&list);
             if self.try_write_lock(&mut list, &node) {
+                events::bump(Event::Wlock);
                 return true;
+            }
+            if woken {
+                events::bump(Event::WokenLost);
             }
             let handoff_set = node.extra().handoff_set.get(&list);
             drop(list);
             let free = handoff_set && self.spin_on_owner();
-            if !free && node.sleep(deadline) == Wake::TimedOut {
-                let mut list = self.wait.lock();
-                let wakeups = self.remove_waiter(&mut list, &node);
-                drop(list);
-                wakeups.deliver();
-                return false;
+            woken = false;
+            if !free {
+                events::bump(Event::SleepWriter);
+                if node.sleep(deadline) == Wake::TimedOut {
+                    let mut list = self.wait.lock();
+                    let wakeups = self.remove_waiter(&mut list, &node);
+                    drop(list);
+                    deliver(wakeups);
+                    events::bump(Event::WlockFail);
+                    return false;
+                }
+                woken = true;
             }
             list = self.wait.lock();
         }
     }
 
-    /// The kernel's `rwsem_try_write_lock`, for the queued `node`.
+    /// The kernel's `rwsem_try_write_lock`, for the queued `node`. A woken
+    /// `node` takes `WOKEN` out in the same compare-and-swap that finds the
+    /// lock free or taken, so an unlocker either sees `WOKEN` and skips its
+    /// wake-up, and this look sees its release, or comes after and wakes.
     fn try_write_lock(&self, list: &mut WaitList, node: &Node) -> bool {
         let is_first = list.is_front(node);
+        let woken = node.extra().woken.get(list);
+        let clear_woken = if woken { WOKEN } else { 0 };
         let mut count = self.count.load(Ordering::Relaxed);
-        let new = loop {
+        let (old, new, acquired) = loop {
             let handoff = count & HANDOFF != 0;
-            if handoff && !is_first {
-                return false;
-            }
-            let new = if count & LOCK_MASK != 0 {
-                if handoff || !node.extra().since.exceeded(HANDOFF_AFTER) {
+            let acquire = count & LOCK_MASK == 0 && (is_first || !handoff);
+            let new = if !acquire {
+                // Not ours this time. Promise it to the first waiter if this
+                // one has waited long enough and nobody else asked yet.
+                let mut new = count & !clear_woken;
+                if !handoff && node.extra().since.exceeded(HANDOFF_AFTER) {
+                    new |= HANDOFF;
+                }
+                if new == count {
                     return false;
                 }
-                count | HANDOFF
+                new
             } else {
-                let mut new = (count | WRITER_LOCKED) & !HANDOFF;
+                let mut new = (count | WRITER_LOCKED) & !(HANDOFF | clear_woken);
                 if list.is_singular() {
                     new &= !WAITERS;
                 }
@@ -646,17 +790,23 @@ impl RawRwSem {
                 .count
                 .compare_exchange(count, new, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => break new,
+                Ok(old) => break (old, new, acquire),
                 Err(actual) => count = actual,
             }
         };
-        if new & HANDOFF != 0 {
-            if let Some(first) = list.front() {
-                first.extra().handoff_set.set(list, true);
+        node.extra().woken.set(list, false);
+        self.check_woken(list);
+        if !acquired {
+            if new & HANDOFF != 0 && old & HANDOFF == 0 {
+                events::bump(Event::WlockHandoff);
+                if let Some(first) = list.front() {
+                    first.extra().handoff_set.set(list, true);
+                }
             }
             return false;
         }
         list.remove(node);
+        self.check_woken(list);
         self.set_writer_owned();
         true
     }
@@ -785,7 +935,7 @@ unsafe impl lock_api::RawRwLockDowngrade for RawRwSem {
             let mut list = self.wait.lock();
             self.mark_wake(&mut list, WakeType::ReadOwned, &mut wakeups);
             drop(list);
-            wakeups.deliver();
+            deliver(wakeups);
         }
         GuardSend::new()
     }
@@ -861,7 +1011,7 @@ mod tests {
 
         let w = sem.lock_exclusive();
         assert_eq!(count(&sem), WRITER_LOCKED);
-        assert_eq!(sem.owner.load(Ordering::Relaxed), writer_token());
+        assert_eq!(sem.owner.load(Ordering::Relaxed), 0);
         // SAFETY: `w` is ours.
         let r = unsafe { sem.downgrade(w) };
         assert_eq!(count(&sem), READER_BIAS);
@@ -936,6 +1086,59 @@ mod tests {
             return;
         }
         panic!("never managed to take the lock back before the woken head");
+    }
+
+    /// A writer is kicked and, while it cannot look at the lock (we hold
+    /// the wait-list lock), a running writer steals the lock and releases
+    /// it: the release must skip the wake-up (`WOKEN`), and the woken
+    /// writer must still get in afterwards. A release that tried to wake
+    /// would block on the wait-list lock we hold, and the test would fail at
+    /// its deadline.
+    #[test]
+    fn a_release_skips_the_wake_up_while_the_woken_writer_is_on_its_way() {
+        for _attempt in 0..20 {
+            let sem = Arc::new(RawRwSem::new());
+            let held = sem.lock_exclusive();
+            let waiter = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let g = sem.lock_exclusive();
+                    // SAFETY: `g` is ours.
+                    unsafe { sem.unlock_exclusive(g) };
+                })
+            };
+            wait_for(&sem, WAITERS);
+            std::thread::sleep(Duration::from_millis(1));
+            // SAFETY: `held` is ours. The queued writer is kicked.
+            unsafe { sem.unlock_exclusive(held) };
+            let list = sem.wait.lock();
+            if count(&sem) & (WOKEN | HANDOFF) != WOKEN {
+                // It looked before we took the list lock, or waited long
+                // enough for a handoff; try again.
+                drop(list);
+                waiter.join().unwrap();
+                continue;
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stealer = {
+                let sem = Arc::clone(&sem);
+                std::thread::spawn(move || {
+                    let g = sem.lock_exclusive();
+                    // SAFETY: `g` is ours.
+                    unsafe { sem.unlock_exclusive(g) };
+                    tx.send(()).unwrap();
+                })
+            };
+            let released = rx.recv_timeout(Duration::from_secs(10));
+            assert_eq!(count(&sem), WAITERS | WOKEN, "{sem:?}");
+            drop(list);
+            released.expect("the release tried to wake the woken writer again");
+            stealer.join().unwrap();
+            waiter.join().unwrap();
+            assert_eq!(count(&sem), 0);
+            return;
+        }
+        panic!("the kicked writer always looked before we held the list lock");
     }
 
     impl RawRwSem {

@@ -3,18 +3,19 @@
 //! and when a waiter that the handoff names spins on a running owner.
 //!
 //! The kernel spins while the owning writer is on a CPU, which user space
-//! cannot see. Our equivalent: a writer may spin while the lock's owner keeps
-//! making visible progress, i.e. while each writer owner (the `owner` token)
-//! has held the lock for less than [`WRITER_SPIN_LIMIT`] since we first saw
-//! it; a new owner restarts that clock. A reader-owned lock is spun on for at
-//! most the kernel's `10 + min(readers, 30) / 2` microseconds (25 at most);
-//! a spinner that times out there sets `OWNER_NONSPINNABLE`, so later writers
-//! queue at once until a writer acquires or the readers drain. The whole spin
-//! is capped at [`SPIN_LIMIT`], standing in for the kernel's `need_resched()`.
-//! Spinning never takes a lock marked `HANDOFF`. Only one writer spins at a
-//! time (the kernel's OSQ, reduced to a flag); a writer that finds the flag
-//! taken queues instead of spinning behind it, so spinners do not pile up on
-//! a machine with more threads than cores. The clock is read every 16 polls.
+//! cannot see. Our stand-in is time: one spin lasts at most one context
+//! switch as measured on this machine ([`spin_budget::context_switch`]).
+//! Past that, sleeping and being woken would have cost less than the
+//! spinning, and on a machine with more threads than cores a longer spin
+//! only keeps the owner (preempted, perhaps) off the CPU we hold. A
+//! reader-owned lock is spun on for at most the kernel's `10 + min(readers,
+//! 30) / 2` microseconds (`rwsem_rspin_threshold`), within that bound; a
+//! spinner that times out there sets `OWNER_NONSPINNABLE`, so later writers
+//! queue at once until a writer acquires or the readers drain. Spinning
+//! never takes a lock marked `HANDOFF`. Only one writer spins at a time (the
+//! kernel's OSQ, reduced to a flag); a writer that finds the flag taken
+//! queues instead of spinning behind it, so spinners do not pile up on a
+//! machine with more threads than cores. The clock is read every 16 polls.
 
 use std::time::Duration;
 
@@ -23,15 +24,9 @@ use super::{
     WRITER_LOCKED,
 };
 use crate::relax;
+use crate::rwsem::events::{self, Event};
+use crate::spin_budget;
 use crate::sync::Ordering;
-
-/// How long a spinning writer keeps spinning on one writer owner. A writer
-/// that holds the lock longer is treated as the kernel treats an owner that is
-/// off its CPU: sleeping beats spinning on it.
-const WRITER_SPIN_LIMIT: Duration = Duration::from_micros(20);
-
-/// The longest one optimistic spin lasts, whatever the owners do.
-const SPIN_LIMIT: Duration = Duration::from_micros(100);
 
 /// Whether a spinner's `polls`-th poll reads the clock: every 16th poll, to
 /// keep clock reads off the critical path (the kernel does the same), and
@@ -55,39 +50,32 @@ impl RawRwSem {
     /// The kernel's `rwsem_optimistic_spin`; see the module documentation.
     pub(super) fn optimistic_spin(&self) -> bool {
         if self.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
+            events::bump(Event::OptNospin);
             return false;
         }
         // Pairs with the previous spinner's release store of `false` below.
         if self.spinner.swap(true, Ordering::Acquire) {
+            events::bump(Event::OptNospin);
             return false;
         }
         let mut budget = SpinBudget::new();
-        let mut count = self.count.load(Ordering::Relaxed);
         let taken = loop {
-            if count & (LOCK_MASK | HANDOFF) == 0 {
-                // Acquire pairs with the release read-modify-writes of
-                // `count` in `up_read`, `up_write` and `downgrade`.
-                match self.count.compare_exchange(
-                    count,
-                    count | WRITER_LOCKED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        self.set_writer_owned();
-                        break true;
-                    }
-                    Err(actual) => count = actual,
-                }
+            let count = self.count.load(Ordering::Relaxed);
+            if self.try_steal_write(count) {
+                break true;
             }
             if count & HANDOFF != 0 || !budget.keep_spinning(self, count) {
                 break false;
             }
             relax::cpu_relax();
-            count = self.count.load(Ordering::Relaxed);
         };
         // Pairs with the next spinner's acquire swap above.
         self.spinner.store(false, Ordering::Release);
+        events::bump(if taken {
+            Event::OptLock
+        } else {
+            Event::OptFail
+        });
         taken
     }
 
@@ -109,17 +97,17 @@ impl RawRwSem {
     }
 }
 
-/// Who the spinner last saw holding the lock, and since when.
+/// Whether the spinner is watching a reader phase, and since when.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    Free,
-    Writer { owner: usize, since: Stamp },
+    Other,
     Readers { since: Stamp, limit: Duration },
 }
 
 /// The time limits of one optimistic spin.
 struct SpinBudget {
     start: Stamp,
+    limit: Duration,
     polls: u32,
     phase: Phase,
 }
@@ -128,8 +116,9 @@ impl SpinBudget {
     fn new() -> Self {
         SpinBudget {
             start: Stamp::now(),
+            limit: spin_budget::context_switch(),
             polls: 0,
-            phase: Phase::Free,
+            phase: Phase::Other,
         }
     }
 
@@ -138,22 +127,7 @@ impl SpinBudget {
     fn keep_spinning(&mut self, sem: &RawRwSem, count: usize) -> bool {
         self.polls = self.polls.wrapping_add(1);
         let check = clock_due(self.polls);
-        if count & WRITER_LOCKED != 0 {
-            let owner = sem.owner.load(Ordering::Relaxed);
-            match self.phase {
-                Phase::Writer { owner: seen, since } if seen == owner => {
-                    if check && since.exceeded(WRITER_SPIN_LIMIT) {
-                        return false;
-                    }
-                }
-                _ => {
-                    self.phase = Phase::Writer {
-                        owner,
-                        since: Stamp::now(),
-                    }
-                }
-            }
-        } else if count & READER_MASK != 0 {
+        if count & WRITER_LOCKED == 0 && count & READER_MASK != 0 {
             match self.phase {
                 Phase::Readers { since, limit } => {
                     if check && since.exceeded(limit) {
@@ -161,7 +135,7 @@ impl SpinBudget {
                         return false;
                     }
                 }
-                _ => {
+                Phase::Other => {
                     if sem.owner.load(Ordering::Relaxed) & OWNER_NONSPINNABLE != 0 {
                         return false;
                     }
@@ -172,8 +146,8 @@ impl SpinBudget {
                 }
             }
         } else {
-            self.phase = Phase::Free;
+            self.phase = Phase::Other;
         }
-        !(check && self.start.exceeded(SPIN_LIMIT))
+        !(check && self.start.exceeded(self.limit))
     }
 }
