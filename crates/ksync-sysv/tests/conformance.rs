@@ -150,6 +150,25 @@ fn undo_across_sigkill_fork_and_exec() {
     );
 }
 
+/// Checks the probe's report: every System V call answered by `object`
+/// ("libc" or "libksync_sysv"), and the calls through it worked.
+fn assert_probe(run: &Run, how: &str, object: &str) {
+    check_clean("probe", how, run);
+    for call in ["semget", "semop", "semtimedop", "semctl"] {
+        let line = format!("{call}: {object}");
+        assert!(
+            has_line(&run.stdout, &line),
+            "probe {how}: no `{line}`\n{}",
+            run.stdout
+        );
+    }
+    assert!(
+        has_line(&run.stdout, "GETVAL after semop: 40"),
+        "probe {how}:\n{}",
+        run.stdout
+    );
+}
+
 /// The comparisons above prove nothing unless the preloaded runs really went
 /// through the library: the probe names the object behind each call.
 #[test]
@@ -157,26 +176,9 @@ fn ld_preload_puts_the_library_in_front() {
     let dir = scratch("probe");
     let program = compile("probe", &dir, &["-ldl"]);
     let kernel = run_program(&program, &dir, "kernel", None);
-    check_clean("probe", "against the kernel", &kernel);
+    assert_probe(&kernel, "against the kernel", "libc");
     let preloaded = run_program(&program, &dir, "preload", Some(&library()));
-    check_clean("probe", "under LD_PRELOAD", &preloaded);
-    for call in ["semget", "semop", "semtimedop", "semctl"] {
-        assert!(
-            has_line(&kernel.stdout, &format!("{call}: libc")),
-            "{}",
-            kernel.stdout
-        );
-        assert!(
-            has_line(&preloaded.stdout, &format!("{call}: libksync_sysv")),
-            "{}",
-            preloaded.stdout
-        );
-    }
-    assert!(
-        has_line(&preloaded.stdout, "GETVAL after semop: 40"),
-        "{}",
-        preloaded.stdout
-    );
+    assert_probe(&preloaded, "under LD_PRELOAD", "libksync_sysv");
 }
 
 /// A program linked with `-lksync_sysv` gets the library without LD_PRELOAD.
@@ -189,30 +191,16 @@ fn linking_puts_the_library_in_front() {
         .expect("the library's folder")
         .to_str()
         .expect("a UTF-8 path");
-    let program = compile(
-        "probe",
-        &dir,
-        &[
-            &format!("-L{lib_dir}"),
-            "-lksync_sysv",
-            &format!("-Wl,-rpath,{lib_dir}"),
-            "-ldl",
-        ],
-    );
+    let link = [
+        format!("-L{lib_dir}"),
+        "-lksync_sysv".to_owned(),
+        format!("-Wl,-rpath,{lib_dir}"),
+        "-ldl".to_owned(),
+    ];
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    let program = compile("probe", &dir, &link);
     let linked = run_program(&program, &dir, "linked", None);
-    check_clean("probe", "linked", &linked);
-    for call in ["semget", "semop", "semtimedop", "semctl"] {
-        assert!(
-            has_line(&linked.stdout, &format!("{call}: libksync_sysv")),
-            "{}",
-            linked.stdout
-        );
-    }
-    assert!(
-        has_line(&linked.stdout, "GETVAL after semop: 40"),
-        "{}",
-        linked.stdout
-    );
+    assert_probe(&linked, "linked", "libksync_sysv");
 }
 
 /// The down + up benchmark program (its figure goes to stderr) gives the
