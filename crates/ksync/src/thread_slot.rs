@@ -36,7 +36,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// Nodes per slot: the kernel's `_Q_MAX_NODES`.
 pub(crate) const NODES_PER_SLOT: usize = 4;
 
-/// Slow-path event counters per slot (`crate::spin::events`): each thread
+/// Slow-path event counters per slot (the lock events that `spin/events.rs` names): each thread
 /// counts into its own slot, the way the kernel's lock events are per CPU,
 /// so counting never moves a shared cache line between CPUs.
 pub(crate) const EVENTS_PER_SLOT: usize = 24;
