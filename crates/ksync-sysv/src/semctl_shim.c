@@ -8,7 +8,7 @@
  * kernel's semctl system call takes, to the Rust entry point.
  *
  * The exported `semctl` symbol is a Rust naked function that jumps here with
- * every argument register untouched (see lib.rs for why the symbol cannot be
+ * every argument register untouched (see exports.rs for why the symbol cannot be
  * this function itself). */
 #define _GNU_SOURCE
 #include <stdarg.h>
