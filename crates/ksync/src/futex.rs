@@ -5,8 +5,10 @@
 //! word changed can never be lost. Waits may return spuriously; callers loop
 //! and re-check their condition.
 //!
-//! Today these are process-private futexes (`FUTEX_PRIVATE_FLAG`). A later
-//! issue moves semaphore sets into shared memory, which needs the shared flavour.
+//! These are process-private futexes (`FUTEX_PRIVATE_FLAG`), except
+//! [`wait_shared`] and [`wake_shared`], which process-shared semaphore sets
+//! use on words in a shared mapping: the kernel then keys the futex by the
+//! file page, so sleepers and wakers in different processes meet.
 //!
 //! Under `--cfg loom` the futex is modelled by one loom mutex and condition
 //! variable: the waiter compares the word while holding the mutex and the waker
@@ -98,6 +100,42 @@ pub(crate) unsafe fn wake_ptr(word: *const AtomicU32, count: u32) -> u32 {
             count,
         )
     };
+    rc.max(0) as u32
+}
+
+/// Blocks while `*word == expected`, for at most `timeout`, on a word that
+/// other processes may wake (a shared futex: no `FUTEX_PRIVATE_FLAG`).
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) fn wait_shared(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> Wake {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit atomic in a shared mapping for
+    // the duration of the call and `ts` is on our stack; FUTEX_WAIT only
+    // reads both.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+    if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        Wake::TimedOut
+    } else {
+        Wake::Woken
+    }
+}
+
+/// Wakes up to `count` threads, in any process, blocked in [`wait_shared`] on `word`.
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) fn wake_shared(word: &AtomicU32, count: u32) -> u32 {
+    let count = count.min(i32::MAX as u32) as i32;
+    // SAFETY: a live word; FUTEX_WAKE does not dereference it.
+    let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
     rc.max(0) as u32
 }
 

@@ -57,7 +57,7 @@ mod sem_common;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMMSL, SEMOPM, SEM_UNDO};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sem_common::{my_pid, sb, sysv_available, KResult, KernelSet, Sems};
+use sem_common::{my_pid, sb, sysv_available, KResult, KernelSet, Sems, SharedSet};
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -425,16 +425,19 @@ fn ksync_only(set: &SemSet, step: &Step) -> Result<(), TestCaseError> {
 
 fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
     let set = SemSet::new(n).expect("SemSet::new");
+    let shared = SharedSet::create(n);
     let kernel = KernelSet::create(n);
     let undo = SemUndo::new();
     let pid = my_pid();
     let mut shadow = AdjShadow(vec![0; n]);
     for (i, step) in steps.iter().enumerate() {
         let before = snapshot(&set);
+        let shared_before = snapshot(&shared);
         match step {
             Step::OpNoCtx { .. } | Step::SetAllWrongLen { .. } => ksync_only(&set, step)?,
             _ => {
                 let ours = apply(&set, &undo, step);
+                let shared_result = apply(&shared, &undo, step);
                 let theirs = apply(&kernel, &undo, step);
                 let values = before.values.clone().unwrap_or_default();
                 let kind = shadow.kind(step, &values, &theirs);
@@ -446,18 +449,29 @@ fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), Test
                     i,
                     step
                 );
+                prop_assert_eq!(
+                    &shared_result,
+                    &theirs,
+                    "step {} result differs (left ksync shared set, right kernel): {:?}",
+                    i,
+                    step
+                );
             }
         }
         let ours = snapshot(&set);
+        let shared_after = snapshot(&shared);
         let theirs = snapshot(&kernel);
-        if let Some(diff) = snapshot_diff(&ours, &theirs) {
-            prop_assert!(
-                false,
-                "state after step {} differs (ksync vs kernel): {}\n  step: {:?}",
-                i,
-                diff,
-                step
-            );
+        for (name, side) in [("ksync", &ours), ("ksync shared set", &shared_after)] {
+            if let Some(diff) = snapshot_diff(side, &theirs) {
+                prop_assert!(
+                    false,
+                    "state after step {} differs ({} vs kernel): {}\n  step: {:?}",
+                    i,
+                    name,
+                    diff,
+                    step
+                );
+            }
         }
         // Sanity: pids are ours or 0, the ksync-only steps changed nothing.
         for p in ours.pids.iter().flatten() {
@@ -465,6 +479,7 @@ fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), Test
         }
         if matches!(step, Step::OpNoCtx { .. } | Step::SetAllWrongLen { .. }) {
             prop_assert_eq!(&before, &ours, "a failed ksync-only step changed state");
+            prop_assert_eq!(&shared_before, &shared_after, "the shared set changed");
         }
     }
     Ok(())
@@ -1051,12 +1066,18 @@ fn construction_limits_and_errno_mapping() {
         (SemError::Range, libc::ERANGE),
         (SemError::Again, libc::EAGAIN),
         (SemError::Removed, libc::EIDRM),
+        (SemError::Exists, libc::EEXIST),
+        (SemError::NotFound, libc::ENOENT),
+        (SemError::Access, libc::EACCES),
+        (SemError::Permission, libc::EPERM),
+        (SemError::NoSpace, libc::ENOSPC),
+        (SemError::NoMemory, libc::ENOMEM),
     ] {
         assert_eq!(err.errno(), errno, "{err:?}");
         assert_eq!(SemError::from_errno(errno), Some(err));
         assert!(!err.to_string().is_empty());
     }
-    assert_eq!(SemError::from_errno(libc::ENOENT), None);
+    assert_eq!(SemError::from_errno(libc::EINTR), None);
     // The kernel agrees on the size limits.
     if sysv_available("sem_oracle::construction_limits_and_errno_mapping") {
         assert_eq!(

@@ -26,6 +26,22 @@ pub enum SemError {
     Again,
     /// `EIDRM`: the set was removed, while the caller slept or before.
     Removed,
+    /// `EEXIST`: a process-shared set with this key exists and
+    /// `IPC_CREAT | IPC_EXCL` asked for a new one.
+    Exists,
+    /// `ENOENT`: no process-shared set has this key (or id) and
+    /// `IPC_CREAT` was not given.
+    NotFound,
+    /// `EACCES`: the caller lacks the read or alter permission a call needs.
+    Access,
+    /// `EPERM`: `IPC_SET` or `IPC_RMID` by a process that is neither the
+    /// set's owner, its creator, nor privileged.
+    Permission,
+    /// `ENOSPC`: `SEMMNI` sets exist already, or a set's table of processes
+    /// or sleepers is full.
+    NoSpace,
+    /// `ENOMEM`: the file system could not hold a new set, or mapping it failed.
+    NoMemory,
 }
 
 impl SemError {
@@ -38,6 +54,12 @@ impl SemError {
             SemError::Range => 34,      // ERANGE
             SemError::Again => 11,      // EAGAIN
             SemError::Removed => 43,    // EIDRM
+            SemError::Exists => 17,     // EEXIST
+            SemError::NotFound => 2,    // ENOENT
+            SemError::Access => 13,     // EACCES
+            SemError::Permission => 1,  // EPERM
+            SemError::NoSpace => 28,    // ENOSPC
+            SemError::NoMemory => 12,   // ENOMEM
         }
     }
 
@@ -50,6 +72,12 @@ impl SemError {
             SemError::Range,
             SemError::Again,
             SemError::Removed,
+            SemError::Exists,
+            SemError::NotFound,
+            SemError::Access,
+            SemError::Permission,
+            SemError::NoSpace,
+            SemError::NoMemory,
         ]
         .into_iter()
         .find(|e| e.errno() == errno)
@@ -70,6 +98,14 @@ impl fmt::Display for SemError {
             SemError::Range => "value or undo adjustment out of range (ERANGE): at most 32767",
             SemError::Again => "operation would block (EAGAIN): IPC_NOWAIT or timeout",
             SemError::Removed => "the semaphore set was removed (EIDRM)",
+            SemError::Exists => "a set with this key exists (EEXIST)",
+            SemError::NotFound => "no set with this key or id (ENOENT)",
+            SemError::Access => "permission denied by the set's mode (EACCES)",
+            SemError::Permission => "only the owner, the creator or root may do this (EPERM)",
+            SemError::NoSpace => {
+                "no room: SEMMNI sets, or a set's process or sleeper table is full (ENOSPC)"
+            }
+            SemError::NoMemory => "could not create or map the set's file (ENOMEM)",
         })
     }
 }
@@ -89,10 +125,16 @@ mod tests {
             (SemError::Range, libc::ERANGE),
             (SemError::Again, libc::EAGAIN),
             (SemError::Removed, libc::EIDRM),
+            (SemError::Exists, libc::EEXIST),
+            (SemError::NotFound, libc::ENOENT),
+            (SemError::Access, libc::EACCES),
+            (SemError::Permission, libc::EPERM),
+            (SemError::NoSpace, libc::ENOSPC),
+            (SemError::NoMemory, libc::ENOMEM),
         ] {
             assert_eq!(e.errno(), errno);
             assert_eq!(SemError::from_errno(errno), Some(e));
         }
-        assert_eq!(SemError::from_errno(libc::EPERM), None);
+        assert_eq!(SemError::from_errno(libc::EINTR), None);
     }
 }

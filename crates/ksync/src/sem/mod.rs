@@ -119,12 +119,18 @@ mod undo;
 mod undo_entry;
 mod word;
 
+#[cfg(all(not(loom), target_os = "linux"))]
+pub mod shared;
+
 pub use counters::SemCounters;
 pub use error::SemError;
 pub use lock::RawSemLock;
 pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
 pub use set::{SemSet, SemStat};
 pub use undo::SemUndo;
+
+#[cfg(all(not(loom), target_os = "linux"))]
+pub use shared::{SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE};
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).
 pub const SEMMSL: usize = 32_000;

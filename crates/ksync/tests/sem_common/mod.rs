@@ -13,7 +13,7 @@
 //! takes the skip path on purpose.
 #![allow(dead_code)]
 
-use ksync::sem::{SemBuf, SemError, SemSet, SemUndo};
+use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, SharedSemSet, IPC_CREAT, IPC_PRIVATE};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -473,6 +473,81 @@ impl Sems for KernelSet {
     }
 }
 
+/// A process-shared ksync set (`IPC_PRIVATE`, mode 0600), removed when
+/// dropped, so no file outlives the test.
+pub struct SharedSet {
+    pub set: SharedSemSet,
+    removed: AtomicBool,
+}
+
+impl SharedSet {
+    pub fn create(nsems: usize) -> SharedSet {
+        let set = SharedSemSet::open(IPC_PRIVATE, nsems, IPC_CREAT | 0o600)
+            .unwrap_or_else(|e| panic!("SharedSemSet::open({nsems}): {e}"));
+        SharedSet {
+            set,
+            removed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for SharedSet {
+    fn drop(&mut self) {
+        if !self.removed.load(Ordering::SeqCst) {
+            let _ = self.set.remove();
+        }
+    }
+}
+
+/// Undo belongs to the process, as on the kernel: the `SemUndo` argument is
+/// ignored.
+impl Sems for SharedSet {
+    const NAME: &'static str = "ksync-shared";
+    fn nsems(&self) -> usize {
+        self.set.nsems()
+    }
+    fn op(&self, sops: &[SemBuf], timeout: Option<Duration>) -> KResult<()> {
+        self.set.semtimedop(sops, timeout).map_err(e)
+    }
+    fn op_undo(&self, sops: &[SemBuf], _undo: &SemUndo, timeout: Option<Duration>) -> KResult<()> {
+        self.op(sops, timeout)
+    }
+    fn val(&self, num: usize) -> KResult<i32> {
+        self.set.get_value(num).map_err(e)
+    }
+    fn setval(&self, num: usize, value: i32) -> KResult<()> {
+        self.set.set_value(num, value).map_err(e)
+    }
+    fn all(&self) -> KResult<Vec<u16>> {
+        self.set.get_all().map_err(e)
+    }
+    fn setall(&self, values: &[u16]) -> KResult<()> {
+        self.set.set_all(values).map_err(e)
+    }
+    fn ncnt(&self, num: usize) -> KResult<usize> {
+        self.set.ncnt(num).map_err(e)
+    }
+    fn zcnt(&self, num: usize) -> KResult<usize> {
+        self.set.zcnt(num).map_err(e)
+    }
+    fn pid(&self, num: usize) -> KResult<i32> {
+        self.set.pid(num).map_err(e)
+    }
+    fn otime_set(&self) -> KResult<bool> {
+        self.set.stat().map(|s| s.otime.is_some()).map_err(e)
+    }
+    fn rm(&self) -> KResult<()> {
+        let r = self.set.remove().map_err(e);
+        if r.is_ok() {
+            self.removed.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+    fn stale_errno() -> i32 {
+        libc::EIDRM
+    }
+}
+
 /// Shorthand for a sembuf.
 pub const fn sb(num: u16, op: i16, flags: i16) -> SemBuf {
     SemBuf::new(num, op, flags)
@@ -559,7 +634,8 @@ impl Drop for UndoChild {
 }
 
 /// Runs the scenario `$f` (a `fn<S: Sems>(&S, &SemUndo)`) on a fresh ksync
-/// set and, when SysV IPC is available, on a fresh kernel set of `$n`, with
+/// set, on a fresh process-shared ksync set and, when SysV IPC is
+/// available, on a fresh kernel set of `$n`, with
 /// the same assertions; a watchdog aborts the process if either side hangs.
 #[macro_export]
 macro_rules! on_both {
@@ -568,6 +644,12 @@ macro_rules! on_both {
         {
             eprintln!("{}: ksync side", $test);
             let set = ksync::sem::SemSet::new($n).unwrap();
+            let undo = ksync::sem::SemUndo::new();
+            $f(&set, &undo);
+        }
+        {
+            eprintln!("{}: ksync shared side", $test);
+            let set = $crate::sem_common::SharedSet::create($n);
             let undo = ksync::sem::SemUndo::new();
             $f(&set, &undo);
         }

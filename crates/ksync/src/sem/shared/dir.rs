@@ -1,0 +1,162 @@
+//! Where sets live: one file per set, `sem.<id>`, in one directory, and one
+//! symbolic link per key, `key.<key in hex>`, naming its set's file.
+//!
+//! The directory is `$KSYNC_SEM_DIR`, or `/dev/shm/ksync-sem` (memory, like
+//! the kernel's sets, and gone at reboot like them). It is created sticky
+//! and writable by everyone, like `/tmp`, so any user may create sets and
+//! only a file's owner (or root) may remove it.
+//!
+//! Creating a set is atomic without a server: the file is built and
+//! initialised under a temporary name, linked to its id's name (the link
+//! fails if the id is taken) and only then bound to its key with a symbolic
+//! link, whose creation fails if the key is taken: of two processes creating
+//! the same key, exactly one wins, and the other opens the winner's set.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use crate::sem::SemError;
+
+/// The kernel's default `SEMMNI`: most sets in the directory.
+pub const SEMMNI: usize = 32_000;
+
+/// The directory that holds the sets: `$KSYNC_SEM_DIR`, else `/dev/shm/ksync-sem`.
+pub fn sem_dir() -> PathBuf {
+    std::env::var_os("KSYNC_SEM_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/dev/shm/ksync-sem"), PathBuf::from)
+}
+
+/// The directory, created (sticky, world-writable) if missing.
+pub(super) fn ensure_dir() -> Result<PathBuf, SemError> {
+    let dir = sem_dir();
+    let c = cstr(&dir)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::mkdir(c.as_ptr(), 0o1777) } == 0 {
+        // mkdir's mode is masked by the umask; the sticky world-writable mode is the point.
+        // SAFETY: a valid C string.
+        unsafe { libc::chmod(c.as_ptr(), 0o1777) };
+    } else if errno() != libc::EEXIST {
+        return Err(os_error(errno()));
+    }
+    Ok(dir)
+}
+
+pub(super) fn set_path(dir: &Path, id: i32) -> PathBuf {
+    dir.join(format!("sem.{id}"))
+}
+
+pub(super) fn key_path(dir: &Path, key: i32) -> PathBuf {
+    dir.join(format!("key.{:08x}", key as u32))
+}
+
+pub(super) fn cstr(path: &Path) -> Result<CString, SemError> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| SemError::Invalid)
+}
+
+pub(super) fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The set error for a failed file-system call.
+pub(super) fn os_error(errno: i32) -> SemError {
+    match errno {
+        libc::ENOENT => SemError::NotFound,
+        libc::EACCES | libc::EROFS => SemError::Access,
+        libc::EPERM => SemError::Permission,
+        libc::EEXIST => SemError::Exists,
+        libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE => SemError::NoSpace,
+        libc::ENOMEM | libc::EFBIG => SemError::NoMemory,
+        _ => SemError::Invalid,
+    }
+}
+
+/// The id a key's link names, if the key is bound.
+pub(super) fn id_of_key(dir: &Path, key: i32) -> Result<Option<i32>, SemError> {
+    match std::fs::read_link(key_path(dir, key)) {
+        Ok(target) => {
+            let name = target.to_string_lossy().into_owned();
+            let id = name
+                .strip_prefix("sem.")
+                .and_then(|id| id.parse::<i32>().ok())
+                .ok_or(SemError::Invalid)?;
+            Ok(Some(id))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(os_error(e.raw_os_error().unwrap_or(0))),
+    }
+}
+
+/// Opens set `id`'s file, read-write when the file's mode allows it, else
+/// read-only; `None` when there is no such file.
+pub(super) fn open_file(dir: &Path, id: i32) -> Result<Option<(OwnedFd, bool)>, SemError> {
+    let c = cstr(&set_path(dir, id))?;
+    for (flags, writable) in [(libc::O_RDWR, true), (libc::O_RDONLY, false)] {
+        // SAFETY: a valid C string; the descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
+        if fd >= 0 {
+            // SAFETY: a descriptor we just opened and own.
+            return Ok(Some((unsafe { OwnedFd::from_raw_fd(fd) }, writable)));
+        }
+        match errno() {
+            libc::ENOENT => return Ok(None),
+            libc::EACCES => continue,
+            e => return Err(os_error(e)),
+        }
+    }
+    Err(SemError::Access)
+}
+
+/// The ids of every set file in the directory.
+pub fn set_ids() -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir(sem_dir()) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<i32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = OsString::into_vec(e.file_name());
+            let name = String::from_utf8(name).ok()?;
+            name.strip_prefix("sem.")?.parse().ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Removes `path` if it still exists; a missing file is not an error.
+pub(super) fn unlink(path: &Path) -> Result<(), SemError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(os_error(e.raw_os_error().unwrap_or(0))),
+    }
+}
+
+/// Unbinds `key` if its link still names set `id` (a later set may have
+/// taken the key already).
+pub(super) fn unbind_key(dir: &Path, key: i32, id: i32) {
+    if matches!(id_of_key(dir, key), Ok(Some(bound)) if bound == id) {
+        let _ = unlink(&key_path(dir, key));
+    }
+}
+
+/// A random id for a new set: in `2^30 .. 2^31`, a range the kernel's own
+/// ids reach only after 32768 reuses of one index, so a program that mixes
+/// both rarely sees the same number twice.
+pub(super) fn random_id() -> i32 {
+    let mut bytes = [0u8; 4];
+    // SAFETY: writes at most 4 bytes into `bytes`.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), 4, 0) };
+    let r = if got == 4 {
+        u32::from_ne_bytes(bytes)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (t.subsec_nanos() ^ std::process::id().rotate_left(16)).wrapping_mul(0x9e37_79b9)
+    };
+    ((r & 0x3fff_ffff) | 0x4000_0000) as i32
+}

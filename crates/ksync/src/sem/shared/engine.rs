@@ -1,0 +1,546 @@
+//! The work done under a set's lock: performing a call, queueing a sleeper,
+//! completing the sleepers a change enabled, adopting what dead processes
+//! left behind. Every change is one journalled transaction (`journal.rs`)
+//! that leaves the set in a state some sequence of whole calls could have
+//! produced.
+
+use std::sync::Arc;
+
+use super::eval::{adjustment, adjustment_word, evaluate, value, Eval, Outcome};
+use super::journal::{roll_back, Tx};
+use super::layout::{
+    header, proc_slot, sem_word, sleeper, split_owner, NPROC, NSLEEP, READY, SLEEPER_DONE,
+    SLEEPER_FREE, SLEEPER_QUEUED, SLOT_FREE, SLOT_LIVE,
+};
+use super::lock::{lock, unlock, Taken};
+use super::map::Mapping;
+use super::procs::{registry, Me};
+use crate::futex::wake_shared;
+use crate::sem::stamp::{current_pid, now_secs};
+use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX};
+use crate::sync::Ordering;
+
+/// The set's lock, held; dropping it publishes the results of the sleepers
+/// it completed and wakes them, after the lock is released.
+pub(super) struct Locked<'a> {
+    pub(super) map: &'a Arc<Mapping>,
+    pub(super) me: Me,
+    /// Semaphores whose flags must be recomputed before the lock is released.
+    touched: Vec<usize>,
+    /// Sleeper slots whose results were committed: to publish and wake.
+    woken: Vec<usize>,
+}
+
+impl<'a> Locked<'a> {
+    /// Takes the lock. Taken over from a dead holder, the lock comes with a
+    /// half-done transaction, which is rolled back first (a corrupt journal:
+    /// `EINVAL`).
+    pub(super) fn enter(map: &'a Arc<Mapping>, me: Me) -> Result<Locked<'a>, SemError> {
+        let taken = lock(map, me);
+        let mut held = Locked {
+            map,
+            me,
+            touched: Vec::new(),
+            woken: Vec::new(),
+        };
+        // A journal left open by a live holder means a corrupt file: the
+        // last holder committed or died, and a takeover rolls back. Either
+        // way `held` releases the lock when this returns an error.
+        if taken == Taken::FromDead {
+            roll_back(map)?;
+            // Flags are not journalled: recompute every semaphore's.
+            held.touched.extend(0..map.nsems());
+        } else if map.load(header::JOURNAL_LEN) != 0 {
+            return Err(SemError::Invalid);
+        }
+        Ok(held)
+    }
+
+    fn layout(&self) -> &super::layout::Layout {
+        &self.map.layout
+    }
+
+    pub(super) fn removed(&self) -> bool {
+        self.map.load(header::FLAGS) & super::layout::REMOVED != 0
+    }
+
+    /// Keeps the lock-free path off semaphore `num` until the lock is released.
+    pub(super) fn hold_sem(&mut self, num: usize) {
+        self.map
+            .word(self.layout().sem(num))
+            .fetch_or(sem_word::LOCKED, Ordering::Acquire);
+        self.touched.push(num);
+    }
+
+    /// Writes an evaluation's values and adjustments (for process slot
+    /// `slot`) and the pids, in `tx`.
+    fn apply(&self, tx: &mut Tx<'_>, eval: &Eval, slot: usize, pid: u32) {
+        let layout = self.layout();
+        for &(num, v) in &eval.values {
+            let word = self.map.load(layout.sem(num));
+            tx.write(layout.sem(num), (word & !sem_word::VALUE) | v as u32);
+            self.map.word(layout.pid(num)).store(pid, Ordering::Relaxed);
+        }
+        for &(num, adj) in &eval.adjs {
+            tx.write(layout.adj(slot, num), adjustment_word(self.map, num, adj));
+        }
+    }
+
+    /// Performs the caller's own operations, if they can be performed now.
+    pub(super) fn perform(&mut self, sops: &[SemBuf]) -> Outcome {
+        for sop in sops {
+            self.hold_sem(usize::from(sop.num));
+        }
+        let eval = evaluate(self.map, sops, self.me.slot);
+        if eval.outcome == Outcome::Done {
+            let mut tx = Tx::begin(self.map);
+            self.apply(&mut tx, &eval, self.me.slot, current_pid() as u32);
+            tx.commit();
+            touch_otime(self.map);
+            if sops.iter().any(|s| s.op != 0) {
+                self.update_queue();
+            }
+        }
+        eval.outcome
+    }
+
+    /// Queues the caller as a sleeper blocked at operation `blocking`;
+    /// returns its slot. `ENOSPC` when [`NSLEEP`] threads already sleep.
+    pub(super) fn enqueue(&mut self, sops: &[SemBuf], blocking: usize) -> Result<usize, SemError> {
+        let slot = self.free_sleeper()?;
+        let layout = *self.layout();
+        let at = |field| layout.sleeper(slot, field);
+        // The slot is free, so nobody reads these before the transaction
+        // below makes it queued: no journal needed.
+        for (i, sop) in sops.iter().enumerate() {
+            let packed = u32::from(sop.num) | (u32::from(sop.op as u16) << 16);
+            self.map
+                .word(at(sleeper::OPS + 2 * i))
+                .store(packed, Ordering::Relaxed);
+            self.map
+                .word(at(sleeper::OPS + 2 * i + 1))
+                .store(sop.flags as u16 as u32, Ordering::Relaxed);
+        }
+        self.map
+            .word(at(sleeper::STATUS))
+            .store(super::layout::WAITING, Ordering::Relaxed);
+        let mut tx = Tx::begin(self.map);
+        tx.write(at(sleeper::NSOPS), sops.len() as u32);
+        tx.write(at(sleeper::BLOCKING), blocking as u32);
+        tx.write(at(sleeper::OWNER), self.me.owner());
+        tx.write(at(sleeper::RESULT), 0);
+        tx.write(at(sleeper::NEXT), 0);
+        match self.map.load(header::QUEUE_TAIL) as usize {
+            0 => tx.write(header::QUEUE_HEAD, slot as u32 + 1),
+            tail => tx.write(layout.sleeper(tail - 1, sleeper::NEXT), slot as u32 + 1),
+        }
+        tx.write(header::QUEUE_TAIL, slot as u32 + 1);
+        for sop in sops {
+            let num = usize::from(sop.num);
+            let count = self.map.load(layout.waiter_count(num));
+            tx.write(layout.waiter_count(num), count + 1);
+        }
+        tx.write(at(sleeper::STATE), SLEEPER_QUEUED);
+        tx.commit();
+        self.map
+            .word(header::SLEEP_HINT)
+            .store(((slot + 1) % NSLEEP) as u32, Ordering::Relaxed);
+        Ok(slot)
+    }
+
+    fn free_sleeper(&self) -> Result<usize, SemError> {
+        let start = (self.map.load(header::SLEEP_HINT) as usize) % NSLEEP;
+        (0..NSLEEP)
+            .map(|i| (start + i) % NSLEEP)
+            .find(|&s| self.map.load(self.layout().sleeper(s, sleeper::STATE)) == SLEEPER_FREE)
+            .ok_or(SemError::NoSpace)
+    }
+
+    /// A queued sleeper's operations, checked against the layout.
+    fn sleeper_ops(&self, slot: usize) -> Result<Vec<SemBuf>, SemError> {
+        let layout = self.layout();
+        let nsops = self.map.load(layout.sleeper(slot, sleeper::NSOPS)) as usize;
+        if nsops == 0 || nsops > SEMOPM {
+            return Err(SemError::Invalid);
+        }
+        (0..nsops)
+            .map(|i| {
+                let packed = self.map.load(layout.sleeper(slot, sleeper::OPS + 2 * i));
+                let flags = self
+                    .map
+                    .load(layout.sleeper(slot, sleeper::OPS + 2 * i + 1));
+                let sop = SemBuf::new(packed as u16, (packed >> 16) as u16 as i16, flags as i16);
+                if usize::from(sop.num) < layout.nsems {
+                    Ok(sop)
+                } else {
+                    Err(SemError::Invalid)
+                }
+            })
+            .collect()
+    }
+
+    /// The queue in order, checked: every link names a slot, and there are
+    /// no more entries than slots (a cycle in a corrupt file ends here).
+    fn queue(&self) -> Result<Vec<usize>, SemError> {
+        let mut out = Vec::new();
+        let mut next = self.map.load(header::QUEUE_HEAD) as usize;
+        while next != 0 {
+            if next > NSLEEP || out.len() == NSLEEP {
+                return Err(SemError::Invalid);
+            }
+            out.push(next - 1);
+            next = self
+                .map
+                .load(self.layout().sleeper(next - 1, sleeper::NEXT)) as usize;
+        }
+        Ok(out)
+    }
+
+    /// Takes `slot` out of the queue and marks it done with `result`, in `tx`.
+    fn finish_sleeper(
+        &mut self,
+        tx: &mut Tx<'_>,
+        queue: &[usize],
+        slot: usize,
+        ops: &[SemBuf],
+        result: u32,
+    ) {
+        let layout = *self.layout();
+        let pos = queue.iter().position(|&s| s == slot);
+        let next = self.map.load(layout.sleeper(slot, sleeper::NEXT));
+        match pos {
+            Some(0) | None => tx.write(header::QUEUE_HEAD, next),
+            Some(p) => tx.write(layout.sleeper(queue[p - 1], sleeper::NEXT), next),
+        }
+        if self.map.load(header::QUEUE_TAIL) as usize == slot + 1 {
+            let prev = pos
+                .and_then(|p| p.checked_sub(1))
+                .map_or(0, |p| queue[p] as u32 + 1);
+            tx.write(header::QUEUE_TAIL, prev);
+        }
+        for sop in ops {
+            let num = usize::from(sop.num);
+            let count = self.map.load(layout.waiter_count(num));
+            tx.write(layout.waiter_count(num), count.saturating_sub(1));
+            self.touched.push(num);
+        }
+        tx.write(layout.sleeper(slot, sleeper::RESULT), result);
+        tx.write(layout.sleeper(slot, sleeper::STATE), SLEEPER_DONE);
+    }
+
+    /// Completes every queued sleeper whose operations can now be performed
+    /// (or now fail), in queue order, the waker performing each for its
+    /// sleeper (Chen, 2003). The walk goes back to the head only when a
+    /// completion could have enabled a sleeper it already passed: an
+    /// increment, when one was passed, or a value brought to zero, when a
+    /// passed sleeper waits for zero.
+    pub(super) fn update_queue(&mut self) {
+        let Ok(mut queue) = self.queue() else { return };
+        let mut i = 0;
+        let (mut passed, mut passed_zero) = (false, false);
+        while i < queue.len() {
+            let slot = queue[i];
+            let Ok(ops) = self.sleeper_ops(slot) else {
+                i += 1;
+                continue;
+            };
+            let (owner, _) =
+                split_owner(self.map.load(self.layout().sleeper(slot, sleeper::OWNER)));
+            if owner >= NPROC {
+                i += 1;
+                continue;
+            }
+            let eval = evaluate(self.map, &ops, owner);
+            let mut tx = Tx::begin(self.map);
+            let restart = match eval.outcome {
+                Outcome::Blocked(at) => {
+                    tx.write(self.layout().sleeper(slot, sleeper::BLOCKING), at as u32);
+                    tx.commit();
+                    passed = true;
+                    passed_zero |= ops.iter().any(|s| s.op == 0);
+                    i += 1;
+                    continue;
+                }
+                Outcome::Failed(e) => {
+                    self.finish_sleeper(&mut tx, &queue, slot, &ops, e.errno() as u32);
+                    tx.commit();
+                    false
+                }
+                Outcome::Done => {
+                    let pid = self.map.load(self.layout().proc(owner, proc_slot::PID));
+                    self.apply(&mut tx, &eval, owner, pid);
+                    self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+                    tx.commit();
+                    touch_otime(self.map);
+                    (passed && ops.iter().any(|s| s.op > 0))
+                        || (passed_zero && eval.values.iter().any(|&(_, v)| v == 0))
+                }
+            };
+            self.woken.push(slot);
+            queue.remove(i);
+            if restart {
+                i = 0;
+                passed = false;
+                passed_zero = false;
+            }
+        }
+    }
+
+    /// Takes `slot` (a sleeper of this process that timed out) out of the
+    /// queue, unless a waker completed it first; returns its result then.
+    pub(super) fn cancel(&mut self, slot: usize) -> Result<Option<u32>, SemError> {
+        let layout = *self.layout();
+        match self.map.load(layout.sleeper(slot, sleeper::STATE)) {
+            SLEEPER_DONE => Ok(Some(self.map.load(layout.sleeper(slot, sleeper::RESULT)))),
+            SLEEPER_QUEUED => {
+                let queue = self.queue()?;
+                let ops = self.sleeper_ops(slot)?;
+                let mut tx = Tx::begin(self.map);
+                self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+                tx.write(layout.sleeper(slot, sleeper::STATE), SLEEPER_FREE);
+                tx.commit();
+                Ok(None)
+            }
+            _ => Err(SemError::Invalid),
+        }
+    }
+
+    /// Finishes every queued sleeper with `EIDRM` (the set is being removed).
+    pub(super) fn fail_all(&mut self) -> Result<(), SemError> {
+        let queue = self.queue()?;
+        for (i, &slot) in queue.iter().enumerate() {
+            let ops = self.sleeper_ops(slot).unwrap_or_default();
+            let mut tx = Tx::begin(self.map);
+            self.finish_sleeper(
+                &mut tx,
+                &queue[i..],
+                slot,
+                &ops,
+                SemError::Removed.errno() as u32,
+            );
+            tx.commit();
+            self.woken.push(slot);
+        }
+        Ok(())
+    }
+
+    /// Sets semaphores to new values (`SETVAL`, `SETALL`): clears every
+    /// process's adjustment for them by moving their undo generation on,
+    /// then completes the sleepers that can now run.
+    pub(super) fn set_values(&mut self, values: &[(usize, i32)]) {
+        for &(num, _) in values {
+            self.hold_sem(num);
+        }
+        let layout = *self.layout();
+        let pid = current_pid() as u32;
+        let mut tx = Tx::begin(self.map);
+        for &(num, v) in values {
+            let word = self.map.load(layout.sem(num));
+            tx.write(layout.sem(num), (word & !sem_word::VALUE) | v as u32);
+            let gen = self.map.load(layout.undo_gen(num));
+            tx.write(layout.undo_gen(num), gen.wrapping_add(1) & 0xffff);
+            self.map.word(layout.pid(num)).store(pid, Ordering::Relaxed);
+        }
+        tx.write(header::CTIME, now_secs() as u32);
+        tx.commit();
+        self.update_queue();
+    }
+
+    /// `IPC_SET`'s change of owner and mode; handles recompute their rights.
+    pub(super) fn set_perm(&mut self, uid: u32, gid: u32, mode: u32) {
+        let mut tx = Tx::begin(self.map);
+        tx.write(header::UID, uid);
+        tx.write(header::GID, gid);
+        tx.write(header::MODE, mode);
+        tx.write(header::CTIME, now_secs() as u32);
+        let gen = self.map.load(header::PERM_GEN);
+        tx.write(header::PERM_GEN, gen.wrapping_add(1));
+        tx.commit();
+    }
+
+    /// Publishes sleeper `slot`'s committed result again: its waker died
+    /// between the commit and the status store.
+    pub(super) fn republish(&mut self, slot: usize) {
+        self.woken.push(slot);
+    }
+
+    /// Sleepers counted by `GETNCNT` (`zero` false) or `GETZCNT` for `num`:
+    /// those whose blocking operation is on `num`, as the kernel counts them.
+    pub(super) fn count_sleepers(&self, num: usize, zero: bool) -> Result<usize, SemError> {
+        let mut n = 0;
+        for slot in self.queue()? {
+            let ops = self.sleeper_ops(slot)?;
+            let at = self
+                .map
+                .load(self.layout().sleeper(slot, sleeper::BLOCKING)) as usize;
+            if let Some(sop) = ops.get(at) {
+                if usize::from(sop.num) == num && (sop.op == 0) == zero {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Adopts what dead processes left: their queued sleepers leave the
+    /// queue and their undo adjustments are applied, as the kernel does at
+    /// exit (each value clamped to `0..=SEMVMX`); then the sleepers this
+    /// enables are completed. Returns whether anything was found.
+    pub(super) fn reap(&mut self) -> bool {
+        let layout = *self.layout();
+        let mut found = false;
+        let mut registry = registry();
+        for slot in 0..NPROC {
+            if slot == self.me.slot
+                || self.map.load(layout.proc(slot, proc_slot::STATE)) != SLOT_LIVE
+                || !registry.lock_if_dead(self.map, slot)
+            {
+                continue;
+            }
+            self.clear_slot(slot, SLOT_FREE);
+            registry.unlock_dead(self.map, slot);
+            found = true;
+        }
+        drop(registry);
+        found |= self.drop_orphan_sleepers();
+        if found {
+            self.update_queue();
+        }
+        found
+    }
+
+    /// Takes process slot `slot`'s leftovers (its owner is dead): its
+    /// sleepers leave the queue, its adjustments are applied, and the slot
+    /// ends in `state` (free, or live for this process adopting it).
+    pub(super) fn clear_slot(&mut self, slot: usize, state: u32) {
+        let layout = *self.layout();
+        self.drop_sleepers_of(|owner| owner == slot);
+        let adjs: Vec<(usize, i32)> = (0..layout.nsems)
+            .filter_map(|num| {
+                let adj = adjustment(self.map, slot, num);
+                (adj != 0).then_some((num, adj))
+            })
+            .collect();
+        for &(num, _) in &adjs {
+            self.hold_sem(num);
+        }
+        let pid = self.map.load(layout.proc(slot, proc_slot::PID));
+        let mut tx = Tx::begin(self.map);
+        for &(num, adj) in &adjs {
+            let v = (value(self.map, num) + adj).clamp(0, SEMVMX);
+            let word = self.map.load(layout.sem(num));
+            tx.write(layout.sem(num), (word & !sem_word::VALUE) | v as u32);
+            tx.write(layout.adj(slot, num), 0);
+            self.map.word(layout.pid(num)).store(pid, Ordering::Relaxed);
+        }
+        tx.write(layout.proc(slot, proc_slot::STATE), state);
+        tx.commit();
+    }
+
+    /// Drops queued sleepers whose process no longer holds its slot (its
+    /// slot was freed, or taken by a later process).
+    fn drop_orphan_sleepers(&mut self) -> bool {
+        let layout = *self.layout();
+        let map = Arc::clone(self.map);
+        let dead = move |owner_slot: usize, gen: u32| {
+            map.load(layout.proc(owner_slot, proc_slot::STATE)) != SLOT_LIVE
+                || map.load(layout.proc(owner_slot, proc_slot::GEN)) & super::layout::GEN_MASK
+                    != gen
+        };
+        let mut found = false;
+        for slot in 0..NSLEEP {
+            let state = self.map.load(layout.sleeper(slot, sleeper::STATE));
+            if state == SLEEPER_FREE {
+                continue;
+            }
+            let (owner, gen) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
+            if owner < NPROC && !dead(owner, gen) {
+                continue;
+            }
+            found = true;
+            self.drop_sleeper(slot);
+        }
+        found
+    }
+
+    fn drop_sleepers_of(&mut self, owner_is: impl Fn(usize) -> bool) {
+        let layout = *self.layout();
+        for slot in 0..NSLEEP {
+            if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_FREE {
+                continue;
+            }
+            let (owner, _) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
+            if owner_is(owner) {
+                self.drop_sleeper(slot);
+            }
+        }
+    }
+
+    /// Frees sleeper `slot` of a dead process, leaving the queue if queued.
+    fn drop_sleeper(&mut self, slot: usize) {
+        let layout = *self.layout();
+        let state_at = layout.sleeper(slot, sleeper::STATE);
+        if self.map.load(state_at) == SLEEPER_QUEUED {
+            let (Ok(queue), Ok(ops)) = (self.queue(), self.sleeper_ops(slot)) else {
+                return;
+            };
+            let mut tx = Tx::begin(self.map);
+            self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+            tx.write(state_at, SLEEPER_FREE);
+            tx.commit();
+        } else {
+            let mut tx = Tx::begin(self.map);
+            tx.write(state_at, SLEEPER_FREE);
+            tx.commit();
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let layout = self.map.layout;
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        for &num in &self.touched {
+            let flags = if self.map.load(layout.waiter_count(num)) > 0 {
+                sem_word::SLEEPERS
+            } else {
+                0
+            };
+            // A read-modify-write, not a store: a semaphore touched only to
+            // be recomputed (after a takeover) may be open to the lock-free
+            // path, whose change must not be lost. Release pairs with the
+            // acquire compare-and-swap of that path (`set.rs`): the values
+            // written under the lock are visible before it is open again.
+            let _ = self.map.word(layout.sem(num)).fetch_update(
+                Ordering::Release,
+                Ordering::Relaxed,
+                |w| Some((w & sem_word::VALUE) | flags),
+            );
+        }
+        // Results are published before the lock is released: a sleeper
+        // frees its slot once it sees its result, and only a later lock
+        // holder can give the slot to another sleeper, so no late store
+        // lands in a slot that changed hands. The wake-ups come after the
+        // release (Spraul, 2010); a wake-up of a reused slot is spurious and
+        // its sleeper re-checks.
+        for &slot in &self.woken {
+            // Pairs with the acquire load in the sleeper's wait (`set.rs`).
+            self.map
+                .word(layout.sleeper(slot, sleeper::STATUS))
+                .store(READY, Ordering::Release);
+        }
+        unlock(self.map);
+        for &slot in &self.woken {
+            wake_shared(self.map.word(layout.sleeper(slot, sleeper::STATUS)), 1);
+        }
+    }
+}
+
+/// Records the time of a successful operation (seconds; a store only when it changed).
+pub(super) fn touch_otime(map: &Mapping) {
+    let now = now_secs() as u32;
+    if map.load(header::OTIME) != now {
+        map.word(header::OTIME).store(now, Ordering::Relaxed);
+    }
+}

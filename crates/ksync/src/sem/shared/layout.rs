@@ -1,0 +1,255 @@
+//! Where everything is in a set's file: a header, then arrays of 32-bit
+//! words. The file holds indices and counts, never pointers, so every process
+//! may map it at its own address; everything read back is checked against
+//! the layout before it is used (`map.rs`, and the readers of each field).
+
+use super::super::{SEMMSL, SEMOPM};
+
+/// "KSEM": the first word of every set file.
+pub(super) const MAGIC: u32 = 0x4b53_454d;
+/// The layout's version; a file of another version is refused (`EINVAL`).
+pub(super) const VERSION: u32 = 1;
+
+/// Processes that may use one set at the same time (each holds a slot while
+/// it has undo adjustments, sleepers, or the set's lock).
+pub(super) const NPROC: usize = 128;
+/// Threads that may sleep in one set at the same time, over all processes.
+pub(super) const NSLEEP: usize = 1024;
+
+/// The header's words.
+pub(super) mod header {
+    pub(crate) const MAGIC: usize = 0;
+    pub(crate) const VERSION: usize = 1;
+    pub(crate) const NSEMS: usize = 2;
+    pub(crate) const KEY: usize = 3;
+    pub(crate) const ID: usize = 4;
+    pub(crate) const UID: usize = 5;
+    pub(crate) const GID: usize = 6;
+    pub(crate) const CUID: usize = 7;
+    pub(crate) const CGID: usize = 8;
+    /// The low nine bits of `sem_perm.mode`.
+    pub(crate) const MODE: usize = 9;
+    /// [`super::REMOVED`].
+    pub(crate) const FLAGS: usize = 10;
+    /// Seconds since the epoch; 0: no `semop` yet.
+    pub(crate) const OTIME: usize = 11;
+    pub(crate) const CTIME: usize = 12;
+    /// Bumped by every `IPC_SET`, so handles recompute their rights.
+    pub(crate) const PERM_GEN: usize = 13;
+    /// Entries in the journal; 0 when no transaction is open.
+    pub(crate) const JOURNAL_LEN: usize = 14;
+    /// First and last sleeper in the FIFO queue, as slot + 1 (0: none).
+    pub(crate) const QUEUE_HEAD: usize = 15;
+    pub(crate) const QUEUE_TAIL: usize = 16;
+    /// Coarse clock (milliseconds, wrapping) of the last search for dead processes.
+    /// Where the search for a free sleeper slot starts.
+    pub(crate) const SLEEP_HINT: usize = 18;
+    /// The set's lock (`lock.rs`), alone on its cache line.
+    pub(crate) const LOCK: usize = 32;
+}
+
+/// Header flag: the set was removed (`IPC_RMID`); set once, never cleared.
+pub(super) const REMOVED: u32 = 1;
+
+/// Words the header takes (two 128-byte lines).
+pub(super) const HEADER_WORDS: usize = 64;
+
+/// A semaphore's word: its value in the low 16 bits and two flags.
+pub(super) mod sem_word {
+    /// The value (0 ..= SEMVMX fits in 15 bits).
+    pub(crate) const VALUE: u32 = 0xffff;
+    /// The set's lock holder is working on this semaphore: the lock-free
+    /// path keeps off it.
+    pub(crate) const LOCKED: u32 = 1 << 30;
+    /// Some sleeper's operations name this semaphore: changes must go
+    /// through the lock, which completes sleepers.
+    pub(crate) const SLEEPERS: u32 = 1 << 31;
+}
+
+/// A process slot: who it is, and its undo adjustments.
+pub(super) mod proc_slot {
+    /// [`super::SLOT_FREE`] or [`super::SLOT_LIVE`].
+    pub(crate) const STATE: usize = 0;
+    /// Incarnation: bumped each time a process claims the slot, so a lock
+    /// or a sleeper of an earlier owner is recognised as dead.
+    pub(crate) const GEN: usize = 1;
+    pub(crate) const PID: usize = 2;
+    /// Adjustments follow: one word per semaphore, `(generation << 16) |
+    /// (adjustment as u16)`; an adjustment counts only while its generation
+    /// equals the semaphore's current undo generation (`SETVAL` and
+    /// `SETALL` clear every process's adjustments by bumping it).
+    pub(crate) const ADJ: usize = 4;
+}
+
+pub(super) const SLOT_FREE: u32 = 0;
+pub(super) const SLOT_LIVE: u32 = 1;
+
+/// A sleeper slot: one blocked call.
+pub(super) mod sleeper {
+    /// The futex word the sleeper waits on: [`WAITING`](super::WAITING)
+    /// until the result is published, after the transaction that decided it.
+    pub(crate) const STATUS: usize = 0;
+    /// Free, queued or done (`SLEEPER_*`); journalled.
+    pub(crate) const STATE: usize = 1;
+    /// The outcome once done: 0 for success, else an errno; journalled.
+    pub(crate) const RESULT: usize = 2;
+    /// The owning process, an [`owner_word`](super::owner_word).
+    pub(crate) const OWNER: usize = 3;
+    /// The next sleeper in the queue, slot + 1 (0: last).
+    pub(crate) const NEXT: usize = 4;
+    pub(crate) const NSOPS: usize = 5;
+    /// Index in the operation array of the operation that blocks
+    /// (`GETNCNT` / `GETZCNT` count sleepers by it, as the kernel does).
+    pub(crate) const BLOCKING: usize = 6;
+    /// Operations follow, two words each: `num | (op as u16) << 16`, flags.
+    pub(crate) const OPS: usize = 8;
+}
+
+pub(super) const SLEEPER_FREE: u32 = 0;
+pub(super) const SLEEPER_QUEUED: u32 = 1;
+pub(super) const SLEEPER_DONE: u32 = 2;
+
+/// Status word values.
+pub(super) const WAITING: u32 = 0;
+pub(super) const READY: u32 = 1;
+
+const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
+
+/// The word offsets of one set's arrays, computed from its size alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Layout {
+    pub(super) nsems: usize,
+    /// `nsems` semaphore words ([`sem_word`]).
+    pub(super) sems: usize,
+    /// `nsems` words: the pid of the last change.
+    pub(super) pids: usize,
+    /// `nsems` words: how many queued sleepers name each semaphore.
+    pub(super) waiters: usize,
+    /// `nsems` words: each semaphore's undo generation.
+    pub(super) undo_gen: usize,
+    /// Journal entries, two words each (`journal.rs`).
+    pub(super) journal: usize,
+    pub(super) journal_cap: usize,
+    pub(super) procs: usize,
+    pub(super) sleepers: usize,
+    pub(super) words: usize,
+}
+
+impl Layout {
+    /// The layout for `nsems` semaphores (1 ..= SEMMSL).
+    pub(super) fn new(nsems: usize) -> Layout {
+        debug_assert!((1..=SEMMSL).contains(&nsems));
+        let sems = HEADER_WORDS;
+        let pids = sems + nsems;
+        let waiters = pids + nsems;
+        let undo_gen = waiters + nsems;
+        let journal = undo_gen + nsems;
+        // The largest transaction: SETALL writes every value and every undo
+        // generation; completing one sleeper writes at most its operations'
+        // values, adjustments and waiter counts, and a few words of its slot.
+        let journal_cap = (2 * nsems).max(3 * SEMOPM) + 64;
+        let procs = journal + 2 * journal_cap;
+        let sleepers = procs + NPROC * Self::proc_words(nsems);
+        let words = sleepers + NSLEEP * SLEEPER_WORDS;
+        Layout {
+            nsems,
+            sems,
+            pids,
+            waiters,
+            undo_gen,
+            journal,
+            journal_cap,
+            procs,
+            sleepers,
+            words,
+        }
+    }
+
+    fn proc_words(nsems: usize) -> usize {
+        proc_slot::ADJ + nsems
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.words * 4
+    }
+
+    pub(super) fn sem(&self, num: usize) -> usize {
+        self.sems + num
+    }
+
+    pub(super) fn pid(&self, num: usize) -> usize {
+        self.pids + num
+    }
+
+    pub(super) fn waiter_count(&self, num: usize) -> usize {
+        self.waiters + num
+    }
+
+    pub(super) fn undo_gen(&self, num: usize) -> usize {
+        self.undo_gen + num
+    }
+
+    /// Word `field` of process slot `slot`.
+    pub(super) fn proc(&self, slot: usize, field: usize) -> usize {
+        self.procs + slot * Self::proc_words(self.nsems) + field
+    }
+
+    /// Process slot `slot`'s adjustment word for semaphore `num`.
+    pub(super) fn adj(&self, slot: usize, num: usize) -> usize {
+        self.proc(slot, proc_slot::ADJ + num)
+    }
+
+    /// Word `field` of sleeper slot `slot`.
+    pub(super) fn sleeper(&self, slot: usize, field: usize) -> usize {
+        self.sleepers + slot * SLEEPER_WORDS + field
+    }
+
+    /// The journal word range: never a journal entry's target.
+    pub(super) fn is_journal(&self, word: usize) -> bool {
+        (self.journal..self.procs).contains(&word) || word == header::JOURNAL_LEN
+    }
+}
+
+/// Bits of a process slot's incarnation kept in an owner word.
+pub(super) const GEN_MASK: u32 = (1 << 23) - 1;
+
+/// An owner word, naming a process (a sleeper's owner, the lock's holder):
+/// its process slot (7 bits, as [`NPROC`] is 128) and incarnation (23 bits).
+/// The top two bits stay free for the lock's flags.
+pub(super) fn owner_word(slot: usize, gen: u32) -> u32 {
+    ((slot as u32) << 23) | (gen & GEN_MASK)
+}
+
+/// `(slot, gen)` of an owner word; the slot still needs checking against [`NPROC`].
+pub(super) fn split_owner(word: u32) -> (usize, u32) {
+    (((word >> 23) & 0x7f) as usize, word & GEN_MASK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_do_not_overlap_and_the_largest_set_fits_in_u32_words() {
+        for n in [1, 2, 250, SEMMSL] {
+            let l = Layout::new(n);
+            assert!(l.sems >= HEADER_WORDS);
+            assert!(l.sems < l.pids && l.pids < l.waiters && l.waiters < l.undo_gen);
+            assert!(l.undo_gen + n <= l.journal);
+            assert!(l.journal + 2 * l.journal_cap <= l.procs);
+            assert!(l.adj(NPROC - 1, n - 1) < l.sleepers);
+            assert!(l.sleeper(NSLEEP - 1, sleeper::OPS + 2 * SEMOPM - 1) < l.words);
+            assert!(l.words < u32::MAX as usize);
+        }
+    }
+
+    #[test]
+    fn owner_words_round_trip() {
+        assert_eq!(
+            split_owner(owner_word(127, 0x007b_cdef)),
+            (127, 0x007b_cdef)
+        );
+        assert_eq!(split_owner(owner_word(3, 0x0080_0001)), (3, 1));
+        assert_eq!(owner_word(NPROC - 1, u32::MAX) >> 30, 0);
+    }
+}

@@ -1,0 +1,133 @@
+//! A set's file mapped into this process, seen as an array of 32-bit atomic
+//! words, and the checks that make a file safe to use before anything in it
+//! is trusted.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use super::layout::{header, Layout, MAGIC, VERSION};
+use crate::sem::{SemError, SEMMSL};
+use crate::sync::{AtomicU32, Ordering};
+
+/// A set file mapped shared, read-write when the process may alter the set,
+/// read-only otherwise.
+pub(super) struct Mapping {
+    base: NonNull<AtomicU32>,
+    words: usize,
+    writable: bool,
+    pub(super) layout: Layout,
+    /// Kept open for the life of the process once its liveness lock is taken
+    /// (`procs.rs`); see [`super::procs::Registry`].
+    pub(super) fd: OwnedFd,
+}
+
+// SAFETY: the mapping is only ever accessed through atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `fd` and checks its header: magic, version, size, and a file
+    /// long enough for the layout that size implies. A file that fails any
+    /// check is not a set (`EINVAL`).
+    pub(super) fn new(fd: OwnedFd, writable: bool) -> Result<Mapping, SemError> {
+        let (_, _, len) = identity(&fd)?;
+        if len < Layout::new(1).bytes() {
+            return Err(SemError::Invalid);
+        }
+        let mut map = Mapping::map(fd, len, writable)?;
+        let nsems = map.word(header::NSEMS).load(Ordering::Acquire) as usize;
+        if map.word(header::MAGIC).load(Ordering::Acquire) != MAGIC
+            || map.word(header::VERSION).load(Ordering::Relaxed) != VERSION
+            || !(1..=SEMMSL).contains(&nsems)
+        {
+            return Err(SemError::Invalid);
+        }
+        let layout = Layout::new(nsems);
+        if layout.words > map.words {
+            return Err(SemError::Invalid);
+        }
+        map.layout = layout;
+        Ok(map)
+    }
+
+    /// Maps a new set's file, `layout.bytes()` long and still all zero, for
+    /// its creator to fill in (`set.rs`).
+    pub(super) fn new_file(fd: OwnedFd, layout: Layout) -> Result<Mapping, SemError> {
+        let mut map = Mapping::map(fd, layout.bytes(), true)?;
+        map.layout = layout;
+        Ok(map)
+    }
+
+    fn map(fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SemError> {
+        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+        // SAFETY: a fresh mapping of a regular file; nothing else is at the
+        // address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(SemError::NoMemory);
+        }
+        let base = NonNull::new(ptr.cast::<AtomicU32>()).ok_or(SemError::NoMemory)?;
+        Ok(Mapping {
+            base,
+            words: len / 4,
+            writable,
+            layout: Layout::new(1),
+            fd,
+        })
+    }
+
+    /// Word `i`. Every index the module computes comes from the validated
+    /// layout or from a field checked against it, so this only guards
+    /// against a bug here, not against a hostile file.
+    #[inline]
+    pub(super) fn word(&self, i: usize) -> &AtomicU32 {
+        assert!(i < self.words, "set file word {i} out of {}", self.words);
+        // SAFETY: in bounds of a live mapping, 4-aligned (page-aligned base).
+        unsafe { &*self.base.as_ptr().add(i) }
+    }
+
+    #[inline]
+    pub(super) fn load(&self, i: usize) -> u32 {
+        self.word(i).load(Ordering::Acquire)
+    }
+
+    pub(super) fn writable(&self) -> bool {
+        self.writable
+    }
+
+    pub(super) fn nsems(&self) -> usize {
+        self.layout.nsems
+    }
+}
+
+/// `(device, inode, size)` of an open file.
+pub(super) fn identity(fd: &OwnedFd) -> Result<(u64, u64, usize), SemError> {
+    // SAFETY: plain old data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(SemError::Invalid);
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(SemError::Invalid);
+    }
+    Ok((st.st_dev, st.st_ino, st.st_size as usize))
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `new` mapped; no reference into it
+        // outlives `self`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.words * 4) };
+    }
+}

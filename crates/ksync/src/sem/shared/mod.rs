@@ -1,0 +1,79 @@
+//! Process-shared System V semaphore sets: [`SharedSemSet`].
+//!
+//! A set is a file in a directory ([`sem_dir`]: `$KSYNC_SEM_DIR`, else
+//! `/dev/shm/ksync-sem`), found by key through a symbolic link, mapped by
+//! every process that opens it. No server: the processes keep the set
+//! consistent among themselves, including when one of them is killed at any
+//! instruction.
+//!
+//! # Recovery protocol and its invariants
+//!
+//! * **One lock, naming its holder's process** (`lock.rs`). Every change
+//!   other than a lock-free single operation happens under the set's lock,
+//!   whose word names the holder's process slot and incarnation. A waiter
+//!   that has slept 10 ms checks the holder; a dead holder's lock is taken
+//!   over with one compare-and-swap.
+//! * **Processes prove they are alive with a byte-range lock** (`procs.rs`).
+//!   A process's slot is held by a POSIX lock on one byte of the file, which
+//!   the kernel drops when the process dies, by `exit`, a signal or
+//!   `SIGKILL`. A slot whose lock can be taken belongs to a dead process.
+//! * **Every change under the lock is a transaction** (`journal.rs`): old
+//!   values are journalled before new ones are stored, and the commit is one
+//!   store. Whoever takes the lock from a dead holder rolls its transaction
+//!   back. Invariant: outside a transaction, the set's values, undo
+//!   adjustments, queue and counts are those of some sequence of whole
+//!   calls; a killed process never leaves half a multi-operation call, and
+//!   never loses or invents a unit.
+//! * **Nothing decided is visible before its commit**: a sleeper learns its
+//!   result from a status word stored after the commit, so a rollback never
+//!   takes back a result somebody returned.
+//! * **The dead's leftovers are adopted by the living** (`engine.rs`,
+//!   `Locked::reap`): before a call would block or fail with
+//!   `EAGAIN`, in every control call, and in every sleeper every 100 ms, the
+//!   lock holder looks for dead slots; their queued sleepers leave the queue
+//!   and their undo adjustments are applied as the kernel applies them at
+//!   exit, then the sleepers this enables are completed. A sleeper whose
+//!   units come back through a dead process's undo is woken within 100 ms.
+//! * **The lock-free path never crosses a lock holder** (`set.rs`): a
+//!   single operation without `SEM_UNDO` is one compare-and-swap on the
+//!   semaphore's word, allowed only while the word has neither the `LOCKED`
+//!   flag (the holder is working on that semaphore) nor `SLEEPERS`. A killed
+//!   compare-and-swap either happened or did not.
+//! * **Nothing in the file is trusted** (`map.rs`, `engine.rs`): sizes,
+//!   indices, links, counts and owners are checked before use; a file that
+//!   fails a check gives `EINVAL`, and walks are bounded by the table sizes.
+//!
+//! # How it differs from the kernel's sets
+//!
+//! * Ids are random numbers in `2^30 .. 2^31`; a removed set's id gives
+//!   `EINVAL` to [`SharedSemSet::open_id`] and `EIDRM` through any handle
+//!   still open on it.
+//! * Rights follow the file: a process that cannot open the file for writing
+//!   cannot alter the set, even where its mode would allow it; `IPC_SET`
+//!   changes the file's owner only for root.
+//! * An owner whose own mode denies it write permission cannot remove or
+//!   `IPC_SET` the set (`EACCES`): it cannot write to the file.
+//! * Undo adjustments are applied lazily: by the next process that blocks,
+//!   fails with `EAGAIN`, makes a control call, or sleeps in the set, not at
+//!   the instant of death. A lock-free operation in between does not see them.
+//! * `exec` closes the set's descriptors (they are close-on-exec), which
+//!   releases the process's slot, so its undo adjustments are applied at
+//!   `exec`; the kernel keeps them across `exec`.
+//! * At most `NPROC` processes (128) may hold a slot in one set
+//!   and `NSLEEP` threads (1024) sleep in it at once: `ENOSPC`.
+//! * A file truncated by a process with write access while others have it
+//!   mapped makes their next access fault (`SIGBUS`), as with any shared
+//!   mapping; the file system's permissions are what keep others out.
+
+mod dir;
+mod engine;
+mod eval;
+mod journal;
+mod layout;
+mod lock;
+mod map;
+mod procs;
+mod set;
+
+pub use dir::{sem_dir, set_ids, SEMMNI};
+pub use set::{SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE};

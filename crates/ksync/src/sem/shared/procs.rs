@@ -1,0 +1,210 @@
+//! Which processes use a set, and which of them have died.
+//!
+//! A process that alters a set claims one of its [`NPROC`] process slots: it
+//! takes a POSIX byte-range write lock on byte `LIVENESS_BASE + slot` of the
+//! set's file and bumps the slot's incarnation (`GEN`). The kernel drops
+//! POSIX locks when their process dies, however it dies, so another process
+//! that can take the same lock knows the slot's owner is dead (the way LMDB
+//! tracks its readers); a lock held is an owner alive. POSIX locks are not
+//! inherited by `fork`, which gives a child its own slot and so its own undo
+//! adjustments, as the kernel gives it an empty undo list.
+//!
+//! Two rules of POSIX locks shape this module:
+//! * closing *any* descriptor of the file drops all of the process's locks
+//!   on it, so each process opens a set's file once, in the [`Registry`],
+//!   and keeps that descriptor (and its mapping) until it exits once it holds
+//!   a slot;
+//! * a process never conflicts with its own locks, so a process must never
+//!   test its own slot, and the threads of one process take and test slot
+//!   locks one at a time (the registry's mutex).
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::layout::{owner_word, proc_slot, GEN_MASK, NPROC};
+use super::map::Mapping;
+use crate::sem::stamp::current_pid;
+use crate::sem::SemError;
+use crate::sync::Ordering;
+
+/// The byte whose lock says slot 0 is alive; far past the end of any set
+/// file, so it never overlaps data a tool might lock.
+const LIVENESS_BASE: i64 = 1 << 40;
+
+/// This process's incarnation in one set: its slot and generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Me {
+    pub(super) slot: usize,
+    pub(super) gen: u32,
+}
+
+impl Me {
+    /// How sleepers and the lock name this process.
+    pub(super) fn owner(self) -> u32 {
+        owner_word(self.slot, self.gen)
+    }
+}
+
+/// One set file this process has opened.
+struct Entry {
+    dev: u64,
+    ino: u64,
+    map: Arc<Mapping>,
+    /// The process that filled `me`: after a `fork` the child finds its
+    /// parent's pid here and claims a slot of its own.
+    pid: i32,
+    me: Option<Me>,
+}
+
+/// Every set file this process has open, one descriptor each.
+pub(super) struct Registry {
+    entries: Vec<Entry>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    entries: Vec::new(),
+});
+
+/// The registry, also held while this process takes or tests slot locks.
+pub(super) fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Registry {
+    /// The mapping already open for the file `(dev, ino)`, if any.
+    pub(super) fn find(&self, dev: u64, ino: u64) -> Option<Arc<Mapping>> {
+        self.entries
+            .iter()
+            .find(|e| e.dev == dev && e.ino == ino)
+            .map(|e| Arc::clone(&e.map))
+    }
+
+    /// Keeps `map` for the file `(dev, ino)`, or returns the one a racing
+    /// thread kept first (whose descriptor must then be the only one).
+    pub(super) fn insert(&mut self, dev: u64, ino: u64, map: Mapping) -> Arc<Mapping> {
+        if let Some(found) = self.find(dev, ino) {
+            return found;
+        }
+        let map = Arc::new(map);
+        self.entries.push(Entry {
+            dev,
+            ino,
+            map: Arc::clone(&map),
+            pid: current_pid(),
+            me: None,
+        });
+        map
+    }
+
+    /// Forgets a removed set's file once no handle and no slot need it, so
+    /// a process that creates and removes many sets keeps no descriptors.
+    pub(super) fn release(&mut self, map: &Arc<Mapping>) {
+        let pid = current_pid();
+        self.entries.retain(|e| {
+            !(Arc::ptr_eq(&e.map, map)
+                && Arc::strong_count(&e.map) <= 2
+                && (e.me.is_none() || e.pid != pid))
+        });
+    }
+
+    fn entry(&mut self, map: &Arc<Mapping>) -> Option<&mut Entry> {
+        self.entries.iter_mut().find(|e| Arc::ptr_eq(&e.map, map))
+    }
+
+    /// This process's slot in the set, if it has claimed one (and not in a
+    /// parent it was forked from).
+    pub(super) fn me(&mut self, map: &Arc<Mapping>) -> Option<Me> {
+        let pid = current_pid();
+        let entry = self.entry(map)?;
+        if entry.pid != pid {
+            entry.pid = pid;
+            entry.me = None;
+        }
+        entry.me
+    }
+
+    /// Claims a free slot for this process: the first whose liveness lock
+    /// can be taken. The caller then takes the set's lock and adopts what a
+    /// dead earlier owner left in the slot (`set.rs`, `reap.rs`).
+    /// `ENOSPC` when [`NPROC`] processes are alive in the set.
+    pub(super) fn claim(&mut self, map: &Arc<Mapping>) -> Result<(Me, bool), SemError> {
+        if let Some(me) = self.me(map) {
+            return Ok((me, false));
+        }
+        let layout = &map.layout;
+        for slot in 0..NPROC {
+            if !lock_byte(map, slot, libc::F_WRLCK)? {
+                continue;
+            }
+            // A new incarnation: the previous owner's lock word and sleepers
+            // now name a dead process (`lock.rs`, `reap.rs`).
+            let gen_word = map.word(layout.proc(slot, proc_slot::GEN));
+            let mut gen = gen_word.load(Ordering::Acquire).wrapping_add(1) & GEN_MASK;
+            if gen == 0 {
+                gen = 1;
+            }
+            gen_word.store(gen, Ordering::Release);
+            map.word(layout.proc(slot, proc_slot::PID))
+                .store(current_pid() as u32, Ordering::Relaxed);
+            let me = Me { slot, gen };
+            if let Some(entry) = self.entry(map) {
+                entry.me = Some(me);
+            }
+            return Ok((me, true));
+        }
+        Err(SemError::NoSpace)
+    }
+
+    /// Whether the owner of `slot` is dead, taking its liveness lock if so:
+    /// the caller, holding the set's lock, then clears the slot and calls
+    /// [`Registry::unlock_dead`]. Never true for this process's own slot.
+    pub(super) fn lock_if_dead(&mut self, map: &Arc<Mapping>, slot: usize) -> bool {
+        if self.me(map).is_some_and(|me| me.slot == slot) {
+            return false;
+        }
+        lock_byte(map, slot, libc::F_WRLCK).unwrap_or(false)
+    }
+
+    /// Drops the liveness lock [`Registry::lock_if_dead`] took.
+    pub(super) fn unlock_dead(&mut self, map: &Arc<Mapping>, slot: usize) {
+        let _ = lock_byte(map, slot, libc::F_UNLCK);
+    }
+}
+
+/// Whether the process that holds slot `slot` is alive, without taking
+/// anything: for the lock's waiters, which only need to know. False for a
+/// slot nobody holds; the caller never asks about its own process's slot.
+pub(super) fn is_alive(map: &Mapping, slot: usize) -> bool {
+    let mut fl = flock(slot, libc::F_WRLCK);
+    // SAFETY: a valid descriptor and a valid flock.
+    let rc = unsafe { libc::fcntl(map.fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    // If the test itself fails, assume alive: waiting longer is safe,
+    // taking over a live holder's lock is not.
+    rc != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+fn flock(slot: usize, kind: i32) -> libc::flock {
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = LIVENESS_BASE + slot as i64;
+    fl.l_len = 1;
+    fl
+}
+
+/// Takes (`F_WRLCK`) or drops (`F_UNLCK`) slot `slot`'s liveness lock without
+/// waiting; `Ok(false)` when another process holds it.
+fn lock_byte(map: &Mapping, slot: usize, kind: i32) -> Result<bool, SemError> {
+    let fl = flock(slot, kind);
+    // SAFETY: a valid descriptor and a valid flock.
+    let rc = unsafe { libc::fcntl(map.fd.as_raw_fd(), libc::F_SETLK, &fl) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        Some(libc::ENOLCK) => Err(SemError::NoSpace),
+        _ => Err(SemError::Invalid),
+    }
+}

@@ -1,0 +1,729 @@
+//! [`SharedSemSet`]: a set in a shared file, opened by key like `semget`,
+//! with the `semop` and `semctl` calls of [`SemSet`](crate::sem::SemSet).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
+use super::engine::{touch_otime, Locked};
+use super::eval::{adjustment, value, Outcome};
+use super::layout::{
+    header, proc_slot, sem_word, sleeper, Layout, MAGIC, NPROC, READY, REMOVED, SLEEPER_DONE,
+    SLEEPER_FREE, SLOT_LIVE, VERSION,
+};
+use super::map::{identity, Mapping};
+use super::procs::{registry, Me};
+use crate::futex::wait_shared;
+use crate::sem::stamp::{current_pid, now_secs, system_time};
+use crate::sem::{SemBuf, SemError, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use crate::sync::Ordering;
+
+/// `semget` key for a set no other call can find by key.
+pub const IPC_PRIVATE: i32 = 0;
+/// `semget` flag: create the set if the key has none.
+pub const IPC_CREAT: i32 = 0o1000;
+/// `semget` flag, with [`IPC_CREAT`]: fail with `EEXIST` if the key has a set.
+pub const IPC_EXCL: i32 = 0o2000;
+
+/// How often a sleeper looks for dead processes whose undo could wake it,
+/// and for a waker that died before waking it.
+const SLEEPER_POLL: Duration = Duration::from_millis(100);
+
+/// What `IPC_STAT` reports for a shared set (`struct semid_ds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedSemStat {
+    /// The key it was created with ([`IPC_PRIVATE`] for none).
+    pub key: i32,
+    /// Owner's user and group id.
+    pub uid: u32,
+    /// Owner's group id.
+    pub gid: u32,
+    /// Creator's user id.
+    pub cuid: u32,
+    /// Creator's group id.
+    pub cgid: u32,
+    /// The low nine bits of `sem_perm.mode`.
+    pub mode: u32,
+    /// Number of semaphores.
+    pub nsems: usize,
+    /// Time of the last successful `semop`, `None` if there was none.
+    pub otime: Option<SystemTime>,
+    /// Time of creation or of the last `SETVAL`, `SETALL` or `IPC_SET`.
+    pub ctime: SystemTime,
+}
+
+/// A process with undo adjustments in a set ([`SharedSemSet::undo_holders`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UndoHolder {
+    /// The process.
+    pub pid: i32,
+    /// `(semaphore, adjustment)`: what its exit adds to each value.
+    pub adjustments: Vec<(usize, i32)>,
+}
+
+/// The credentials a set's permissions are checked against.
+struct Creds {
+    euid: u32,
+    egid: u32,
+    groups: Vec<u32>,
+}
+
+impl Creds {
+    fn current() -> Creds {
+        // SAFETY: plain system calls; getgroups fills at most `n` entries.
+        unsafe {
+            let n = libc::getgroups(0, std::ptr::null_mut()).max(0) as usize;
+            let mut groups = vec![0 as libc::gid_t; n];
+            let got = libc::getgroups(n as i32, groups.as_mut_ptr()).max(0) as usize;
+            groups.truncate(got);
+            Creds {
+                euid: libc::geteuid(),
+                egid: libc::getegid(),
+                groups,
+            }
+        }
+    }
+
+    fn privileged(&self) -> bool {
+        self.euid == 0
+    }
+
+    fn is_owner(&self, map: &Mapping) -> bool {
+        self.euid == map.load(header::UID) || self.euid == map.load(header::CUID)
+    }
+
+    /// The three `rwx` bits the set's mode grants these credentials (the
+    /// kernel's `ipcperms`: owner or creator, else group, else others).
+    fn granted(&self, map: &Mapping) -> u32 {
+        let mode = map.load(header::MODE);
+        let (gid, cgid) = (map.load(header::GID), map.load(header::CGID));
+        let in_group = |g: u32| self.egid == g || self.groups.contains(&g);
+        if self.is_owner(map) {
+            (mode >> 6) & 7
+        } else if in_group(gid) || in_group(cgid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        }
+    }
+
+    /// `ipcperms`: whether every `rwx` bit of `flag`'s nine mode bits is
+    /// granted (for any class), or the caller is privileged.
+    fn permits(&self, map: &Mapping, flag: i32) -> bool {
+        let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
+        self.privileged() || requested & !self.granted(map) == 0
+    }
+}
+
+/// Read permission, for `IPC_STAT` and the `GET` commands.
+const READ: i32 = 0o444;
+/// Alter permission, for operations that change values and `SET` commands.
+const ALTER: i32 = 0o222;
+
+/// A process-shared System V semaphore set: any process that opens its key
+/// (or id) sees the same set, with the kernel's `semget`, `semop` and
+/// `semctl` semantics, including `SEM_UNDO` adjustments that belong to the
+/// process and are applied when it dies, however it dies.
+///
+/// ```
+/// use ksync::sem::{SemBuf, SharedSemSet, IPC_CREAT, IPC_PRIVATE, SEM_UNDO};
+/// # let dir = std::env::temp_dir().join(format!("ksync-doc-{}", std::process::id()));
+/// # std::env::set_var("KSYNC_SEM_DIR", &dir);
+///
+/// let set = SharedSemSet::open(IPC_PRIVATE, 1, IPC_CREAT | 0o600)?;
+/// set.semop(&[SemBuf::new(0, 1, SEM_UNDO)])?;
+/// assert_eq!(set.get_value(0)?, 1);
+/// // Another process would find it with SharedSemSet::open_id(set.id()).
+/// set.remove()?;
+/// # let _ = std::fs::remove_dir(&dir);
+/// # Ok::<(), ksync::sem::SemError>(())
+/// ```
+pub struct SharedSemSet {
+    map: Arc<Mapping>,
+    id: i32,
+    /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
+    me: AtomicU64,
+}
+
+impl SharedSemSet {
+    /// `semget(key, nsems, flags)`: the set bound to `key`, created with mode
+    /// `flags & 0o777` if there is none and `flags` has [`IPC_CREAT`];
+    /// [`IPC_PRIVATE`] always creates a new set. Errors in the kernel's
+    /// order: `EINVAL` for `nsems` above [`SEMMSL`] (or 0 when creating, or
+    /// above an existing set's size), `EEXIST`, `ENOENT`, `EACCES`, `ENOSPC`
+    /// when [`SEMMNI`] sets exist.
+    pub fn open(key: i32, nsems: usize, flags: i32) -> Result<SharedSemSet, SemError> {
+        if nsems > SEMMSL {
+            return Err(SemError::Invalid);
+        }
+        let dir = ensure_dir()?;
+        // Each round either returns or lost a race (a key bound or unbound
+        // meanwhile); a handful of rounds only matter under a storm of them.
+        for _ in 0..64 {
+            if key != IPC_PRIVATE {
+                if let Some(id) = dir::id_of_key(&dir, key)? {
+                    let set = match SharedSemSet::open_id(id) {
+                        Ok(set) => set,
+                        Err(SemError::NotFound) | Err(SemError::Removed) => {
+                            dir::unbind_key(&dir, key, id);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if flags & IPC_CREAT != 0 && flags & IPC_EXCL != 0 {
+                        return Err(SemError::Exists);
+                    }
+                    if nsems > set.nsems() {
+                        return Err(SemError::Invalid);
+                    }
+                    if !Creds::current().permits(&set.map, flags & 0o777) {
+                        return Err(SemError::Access);
+                    }
+                    return Ok(set);
+                }
+                if flags & IPC_CREAT == 0 {
+                    return Err(SemError::NotFound);
+                }
+            }
+            if nsems == 0 {
+                return Err(SemError::Invalid);
+            }
+            match create(&dir, key, nsems, (flags & 0o777) as u32) {
+                Err(SemError::Exists) if key != IPC_PRIVATE => continue,
+                other => return other,
+            }
+        }
+        Err(SemError::NoSpace)
+    }
+
+    /// The set with id `id` (as [`id`](Self::id) returned in any process);
+    /// `EINVAL` if there is none, as for the kernel's `semctl` on a stale id,
+    /// and `EIDRM` if it was removed.
+    pub fn open_id(id: i32) -> Result<SharedSemSet, SemError> {
+        let dir = dir::sem_dir();
+        let path = dir::set_path(&dir, id);
+        let mut reg = registry();
+        // One descriptor per file per process (`procs.rs`): look before opening.
+        if let Ok(meta) = std::fs::metadata(&path) {
+            use std::os::unix::fs::MetadataExt;
+            if let Some(map) = reg.find(meta.dev(), meta.ino()) {
+                return SharedSemSet::from_map(map, id);
+            }
+        }
+        let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
+        let (dev, ino, _) = identity(&fd)?;
+        let map = reg.insert(dev, ino, Mapping::new(fd, writable)?);
+        drop(reg);
+        SharedSemSet::from_map(map, id)
+    }
+
+    fn from_map(map: Arc<Mapping>, id: i32) -> Result<SharedSemSet, SemError> {
+        if map.load(header::ID) as i32 != id {
+            return Err(SemError::Invalid);
+        }
+        let set = SharedSemSet {
+            map,
+            id,
+            me: AtomicU64::new(0),
+        };
+        if set.is_removed() {
+            return Err(SemError::Removed);
+        }
+        Ok(set)
+    }
+
+    /// The set's id: the same in every process, and its file's name.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+
+    /// The key the set was created with ([`IPC_PRIVATE`] for none).
+    pub fn key(&self) -> i32 {
+        self.map.load(header::KEY) as i32
+    }
+
+    /// Number of semaphores in the set.
+    pub fn nsems(&self) -> usize {
+        self.map.nsems()
+    }
+
+    fn is_removed(&self) -> bool {
+        self.map.load(header::FLAGS) & REMOVED != 0
+    }
+
+    fn check(&self, flag: i32) -> Result<(), SemError> {
+        if !Creds::current().permits(&self.map, flag) || (flag == ALTER && !self.map.writable()) {
+            return Err(SemError::Access);
+        }
+        if self.is_removed() {
+            return Err(SemError::Removed);
+        }
+        Ok(())
+    }
+
+    /// This process's slot, claimed (and a dead predecessor's leftovers in
+    /// it adopted) on first use and again after a `fork`.
+    fn me(&self) -> Result<Me, SemError> {
+        let pid = current_pid();
+        let cached = self.me.load(Ordering::Relaxed);
+        if cached != 0 && (cached >> 32) as i32 == pid {
+            let (slot, gen) = super::layout::split_owner((cached as u32) - 1);
+            return Ok(Me { slot, gen });
+        }
+        if !self.map.writable() {
+            return Err(SemError::Access);
+        }
+        let (me, fresh) = registry().claim(&self.map)?;
+        if fresh {
+            let mut held = Locked::enter(&self.map, me)?;
+            held.clear_slot(me.slot, SLOT_LIVE);
+        }
+        self.me.store(
+            (u64::from(pid as u32) << 32) | u64::from(me.owner() + 1),
+            Ordering::Relaxed,
+        );
+        Ok(me)
+    }
+
+    /// Performs `sops` atomically, blocking until that is possible, like
+    /// `semop(2)`. `SEM_UNDO` adjustments belong to this process.
+    #[inline]
+    pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
+        self.semtimedop(sops, None)
+    }
+
+    /// [`semop`](Self::semop) with a timeout, like `semtimedop(2)`; `None`
+    /// waits forever, and an expired timeout fails with `EAGAIN`.
+    pub fn semtimedop(&self, sops: &[SemBuf], timeout: Option<Duration>) -> Result<(), SemError> {
+        if sops.len() > SEMOPM {
+            return Err(SemError::TooBig);
+        }
+        if sops.is_empty() {
+            return Err(SemError::Invalid);
+        }
+        if sops.iter().any(|s| usize::from(s.num) >= self.nsems()) {
+            return Err(SemError::FileTooBig);
+        }
+        let alter = sops.iter().any(|s| s.op != 0);
+        if sops.len() == 1 && sops[0].flags & SEM_UNDO == 0 && alter {
+            if let Some(done) = self.try_fast(sops[0]) {
+                return done;
+            }
+        }
+        self.check(if alter { ALTER } else { READ })?;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        let mut reaped = false;
+        let blocking = loop {
+            if held.removed() {
+                return Err(SemError::Removed);
+            }
+            match held.perform(sops) {
+                Outcome::Done => return Ok(()),
+                Outcome::Failed(SemError::Again) if !reaped && held.reap() => reaped = true,
+                Outcome::Failed(e) => return Err(e),
+                // A dead process's undo may make it possible: look once.
+                Outcome::Blocked(_) if !reaped && held.reap() => reaped = true,
+                Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                    return Err(SemError::Again)
+                }
+                Outcome::Blocked(at) => break at,
+            }
+        };
+        let slot = held.enqueue(sops, blocking)?;
+        drop(held);
+        self.sleep(slot, deadline)
+    }
+
+    /// One operation without `SEM_UNDO` on a semaphore nobody waits on and
+    /// the lock holder is not working on: one compare-and-swap. `None` when
+    /// the call needs the lock.
+    #[inline]
+    fn try_fast(&self, sop: SemBuf) -> Option<Result<(), SemError>> {
+        if self.is_removed() || !self.map.writable() {
+            return None;
+        }
+        let layout = &self.map.layout;
+        let word = self.map.word(layout.sem(usize::from(sop.num)));
+        let w = word.load(Ordering::Relaxed);
+        if w & (sem_word::LOCKED | sem_word::SLEEPERS) != 0 {
+            return None;
+        }
+        let new = (w & sem_word::VALUE) as i32 + i32::from(sop.op);
+        if !(0..=SEMVMX).contains(&new) {
+            return None;
+        }
+        // Acquire pairs with the release in `Locked`'s drop (the lock
+        // holder's last values); release publishes ours to the next one.
+        word.compare_exchange(w, new as u32, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        let pid = self.map.word(layout.pid(usize::from(sop.num)));
+        let me = current_pid() as u32;
+        if pid.load(Ordering::Relaxed) != me {
+            pid.store(me, Ordering::Relaxed);
+        }
+        touch_otime(&self.map);
+        Some(Ok(()))
+    }
+
+    /// Waits in sleeper slot `slot` until a waker publishes the result, the
+    /// deadline passes, or the set is removed.
+    fn sleep(&self, slot: usize, deadline: Option<Instant>) -> Result<(), SemError> {
+        let layout = self.map.layout;
+        let status = self.map.word(layout.sleeper(slot, sleeper::STATUS));
+        loop {
+            // Pairs with the release store in `Locked`'s drop.
+            if status.load(Ordering::Acquire) == READY {
+                return self.collect(slot);
+            }
+            let now = Instant::now();
+            let nap = match deadline {
+                Some(d) if d <= now => {
+                    let mut held = Locked::enter(&self.map, self.me()?)?;
+                    // Done meanwhile: its waker stored the status before
+                    // releasing the lock, or died; either way the result stands.
+                    return match held.cancel(slot)? {
+                        Some(_) => self.collect(slot),
+                        None => Err(SemError::Again),
+                    };
+                }
+                Some(d) => (d - now).min(SLEEPER_POLL),
+                None => SLEEPER_POLL,
+            };
+            if wait_shared(status, super::layout::WAITING, nap) == crate::futex::Wake::TimedOut
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                // No wake-up for a while: adopt dead processes' leftovers,
+                // and finish what a waker that died left undone.
+                let mut held = Locked::enter(&self.map, self.me()?)?;
+                held.reap();
+                if held.removed() {
+                    held.fail_all()?;
+                }
+                held.update_queue();
+                if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_DONE
+                    && status.load(Ordering::Acquire) != READY
+                {
+                    held.republish(slot);
+                }
+            }
+        }
+    }
+
+    /// The result a waker published in `slot`; frees the slot.
+    fn collect(&self, slot: usize) -> Result<(), SemError> {
+        let layout = self.map.layout;
+        let code = self.map.load(layout.sleeper(slot, sleeper::RESULT));
+        self.map
+            .word(layout.sleeper(slot, sleeper::STATE))
+            .store(SLEEPER_FREE, Ordering::Release);
+        match code {
+            0 => Ok(()),
+            e => Err(SemError::from_errno(e as i32).unwrap_or(SemError::Invalid)),
+        }
+    }
+
+    /// Runs `f` under the lock after adopting dead processes' leftovers, so
+    /// what it reads includes their undo; a read-only handle reads without
+    /// the lock (each word is read atomically, the whole is no snapshot).
+    fn read<T>(&self, f: impl FnOnce(&Mapping) -> Result<T, SemError>) -> Result<T, SemError> {
+        self.check(READ)?;
+        if !self.map.writable() {
+            return f(&self.map);
+        }
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        held.reap();
+        if held.removed() {
+            return Err(SemError::Removed);
+        }
+        f(&self.map)
+    }
+
+    fn check_num(&self, num: usize) -> Result<(), SemError> {
+        if num < self.nsems() {
+            Ok(())
+        } else {
+            Err(SemError::Invalid)
+        }
+    }
+
+    /// `GETVAL`.
+    pub fn get_value(&self, num: usize) -> Result<i32, SemError> {
+        self.check_num(num)?;
+        self.read(|map| Ok(value(map, num)))
+    }
+
+    /// `GETALL`.
+    pub fn get_all(&self) -> Result<Vec<u16>, SemError> {
+        self.read(|map| Ok((0..map.nsems()).map(|n| value(map, n) as u16).collect()))
+    }
+
+    /// `GETPID`: the process of the last change to semaphore `num`.
+    pub fn pid(&self, num: usize) -> Result<i32, SemError> {
+        self.check_num(num)?;
+        self.read(|map| Ok(map.load(map.layout.pid(num)) as i32))
+    }
+
+    /// `GETNCNT`: sleepers blocked decrementing semaphore `num`.
+    pub fn ncnt(&self, num: usize) -> Result<usize, SemError> {
+        self.count(num, false)
+    }
+
+    /// `GETZCNT`: sleepers blocked waiting for semaphore `num` to be zero.
+    pub fn zcnt(&self, num: usize) -> Result<usize, SemError> {
+        self.count(num, true)
+    }
+
+    fn count(&self, num: usize, zero: bool) -> Result<usize, SemError> {
+        self.check_num(num)?;
+        self.check(READ)?;
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        held.reap();
+        held.count_sleepers(num, zero)
+    }
+
+    /// `SETVAL`: sets semaphore `num` to `value` (0 ..= [`SEMVMX`]), clears
+    /// its adjustment in every process, and completes the sleepers that can
+    /// now run.
+    pub fn set_value(&self, num: usize, value: i32) -> Result<(), SemError> {
+        // The kernel checks the value before the number.
+        if !(0..=SEMVMX).contains(&value) {
+            return Err(SemError::Range);
+        }
+        self.check_num(num)?;
+        self.set(&[(num, value)])
+    }
+
+    /// `SETALL`: sets every value (`values.len()` must equal
+    /// [`nsems`](Self::nsems)), clears every adjustment, and completes the
+    /// sleepers that can now run.
+    pub fn set_all(&self, values: &[u16]) -> Result<(), SemError> {
+        if values.len() != self.nsems() {
+            return Err(SemError::Invalid);
+        }
+        if values.iter().any(|&v| i32::from(v) > SEMVMX) {
+            return Err(SemError::Range);
+        }
+        let values: Vec<(usize, i32)> = values
+            .iter()
+            .enumerate()
+            .map(|(n, &v)| (n, i32::from(v)))
+            .collect();
+        self.set(&values)
+    }
+
+    fn set(&self, values: &[(usize, i32)]) -> Result<(), SemError> {
+        self.check(ALTER)?;
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        if held.removed() {
+            return Err(SemError::Removed);
+        }
+        held.set_values(values);
+        Ok(())
+    }
+
+    /// `IPC_STAT`.
+    pub fn stat(&self) -> Result<SharedSemStat, SemError> {
+        self.read(|map| {
+            let otime = map.load(header::OTIME);
+            Ok(SharedSemStat {
+                key: map.load(header::KEY) as i32,
+                uid: map.load(header::UID),
+                gid: map.load(header::GID),
+                cuid: map.load(header::CUID),
+                cgid: map.load(header::CGID),
+                mode: map.load(header::MODE) & 0o777,
+                nsems: map.nsems(),
+                otime: (otime != 0).then(|| system_time(u64::from(otime))),
+                ctime: system_time(u64::from(map.load(header::CTIME))),
+            })
+        })
+    }
+
+    /// The processes that hold undo adjustments in the set, with the
+    /// adjustments (semaphore, amount) each would apply at exit: `ipcs -s -i`'s
+    /// view, which the kernel cannot give.
+    pub fn undo_holders(&self) -> Result<Vec<UndoHolder>, SemError> {
+        self.read(|map| {
+            let layout = map.layout;
+            Ok((0..NPROC)
+                .filter(|&s| map.load(layout.proc(s, proc_slot::STATE)) == SLOT_LIVE)
+                .filter_map(|s| {
+                    let adjs: Vec<(usize, i32)> = (0..map.nsems())
+                        .map(|n| (n, adjustment(map, s, n)))
+                        .filter(|&(_, a)| a != 0)
+                        .collect();
+                    let pid = map.load(layout.proc(s, proc_slot::PID)) as i32;
+                    (!adjs.is_empty()).then_some(UndoHolder {
+                        pid,
+                        adjustments: adjs,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// `IPC_SET`: new owner, group and mode (low nine bits), by the owner,
+    /// the creator or root (`EPERM` otherwise). The file's owner and mode
+    /// follow, so the OS keeps enforcing them; changing the owner of the
+    /// file needs root, and for anyone else the file keeps its old owner.
+    pub fn set_perm(&self, uid: u32, gid: u32, mode: u32) -> Result<(), SemError> {
+        self.owner_only()?;
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        if held.removed() {
+            return Err(SemError::Removed);
+        }
+        held.set_perm(uid, gid, mode & 0o777);
+        drop(held);
+        let fd = self.map.fd.as_raw_fd();
+        // SAFETY: plain system calls on our descriptor.
+        unsafe {
+            libc::fchmod(fd, (mode & 0o666) as libc::mode_t);
+            libc::fchown(fd, uid, gid);
+        }
+        Ok(())
+    }
+
+    fn owner_only(&self) -> Result<(), SemError> {
+        let creds = Creds::current();
+        if !creds.privileged() && !creds.is_owner(&self.map) {
+            return Err(SemError::Permission);
+        }
+        if !self.map.writable() {
+            // The file's mode denies the owner write access: see `set_perm`.
+            return Err(SemError::Access);
+        }
+        Ok(())
+    }
+
+    /// `IPC_RMID`: removes the set, by the owner, the creator or root. Every
+    /// sleeper, in any process, fails with `EIDRM`, as does every later call
+    /// through any handle; the key is free at once.
+    pub fn remove(&self) -> Result<(), SemError> {
+        if self.is_removed() {
+            return Err(SemError::Removed);
+        }
+        self.owner_only()?;
+        let mut held = Locked::enter(&self.map, self.me()?)?;
+        if held.removed() {
+            return Err(SemError::Removed);
+        }
+        self.map
+            .word(header::FLAGS)
+            .fetch_or(REMOVED, Ordering::AcqRel);
+        held.fail_all()?;
+        drop(held);
+        let dir = dir::sem_dir();
+        dir::unbind_key(&dir, self.key(), self.id);
+        dir::unlink(&dir::set_path(&dir, self.id))
+    }
+}
+
+impl Drop for SharedSemSet {
+    fn drop(&mut self) {
+        registry().release(&self.map);
+    }
+}
+
+impl std::fmt::Debug for SharedSemSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSemSet")
+            .field("id", &self.id)
+            .field("key", &self.key())
+            .field("nsems", &self.nsems())
+            .finish()
+    }
+}
+
+/// Creates a set file for `key` (bound only after it is complete).
+/// `EEXIST` when another process bound the key first.
+fn create(
+    dir: &std::path::Path,
+    key: i32,
+    nsems: usize,
+    mode: u32,
+) -> Result<SharedSemSet, SemError> {
+    if dir::set_ids().len() >= SEMMNI {
+        return Err(SemError::NoSpace);
+    }
+    let layout = Layout::new(nsems);
+    let tmp = dir.join(format!("tmp.{}.{:08x}", current_pid(), dir::random_id()));
+    let c = cstr(&tmp)?;
+    // SAFETY: a valid C string; the descriptor is owned below.
+    let raw = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if raw < 0 {
+        return Err(os_error(errno()));
+    }
+    // SAFETY: a descriptor we just opened.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let built = build(&fd, &tmp, layout, key, mode);
+    let _ = dir::unlink(&tmp);
+    let (id, map) = built.and_then(|id| Ok((id, Mapping::new_file(fd, layout)?)))?;
+    if key != IPC_PRIVATE {
+        let target = cstr(std::path::Path::new(&format!("sem.{id}")))?;
+        let link = cstr(&dir::key_path(dir, key))?;
+        // SAFETY: valid C strings.
+        if unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) } != 0 {
+            let e = errno();
+            let _ = dir::unlink(&dir::set_path(dir, id));
+            return Err(os_error(e));
+        }
+    }
+    let (dev, ino, _) = identity(&map.fd)?;
+    let map = registry().insert(dev, ino, map);
+    SharedSemSet::from_map(map, id)
+}
+
+/// Sizes and fills a new set's file and links it under a free id.
+fn build(
+    fd: &OwnedFd,
+    tmp: &std::path::Path,
+    layout: Layout,
+    key: i32,
+    mode: u32,
+) -> Result<i32, SemError> {
+    // SAFETY: plain system calls on our descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), layout.bytes() as libc::off_t) } != 0 {
+        return Err(os_error(errno()));
+    }
+    let dup = fd.try_clone().map_err(|_| SemError::NoSpace)?;
+    let map = Mapping::new_file(dup, layout)?;
+    let put = |i: usize, v: u32| map.word(i).store(v, Ordering::Relaxed);
+    // SAFETY: plain system calls.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    put(header::VERSION, VERSION);
+    put(header::NSEMS, layout.nsems as u32);
+    put(header::KEY, key as u32);
+    put(header::UID, uid);
+    put(header::GID, gid);
+    put(header::CUID, uid);
+    put(header::CGID, gid);
+    put(header::MODE, mode);
+    put(header::CTIME, now_secs() as u32);
+    // Last, with release: a file with the magic is complete.
+    map.word(header::MAGIC).store(MAGIC, Ordering::Release);
+    // The OS enforces the set's read and alter permission on the file.
+    // SAFETY: plain system call on our descriptor.
+    unsafe { libc::fchmod(fd.as_raw_fd(), (mode & 0o666) as libc::mode_t) };
+    let from = cstr(tmp)?;
+    loop {
+        let id = dir::random_id();
+        put(header::ID, id as u32);
+        let to = cstr(&dir::set_path(tmp.parent().unwrap_or(tmp), id))?;
+        // SAFETY: valid C strings.
+        if unsafe { libc::link(from.as_ptr(), to.as_ptr()) } == 0 {
+            return Ok(id);
+        }
+        if errno() != libc::EEXIST {
+            return Err(os_error(errno()));
+        }
+    }
+}
