@@ -130,7 +130,9 @@ pub use set::{SemSet, SemStat};
 pub use undo::SemUndo;
 
 #[cfg(all(not(loom), target_os = "linux"))]
-pub use shared::{SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE};
+pub use shared::{
+    RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
+};
 
 /// Most semaphores in one set (the kernel's `SEMMSL`).
 pub const SEMMSL: usize = 32_000;

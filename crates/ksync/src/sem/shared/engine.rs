@@ -47,6 +47,10 @@ impl<'a> Locked<'a> {
         // last holder committed or died, and a takeover rolls back. Either
         // way `held` releases the lock when this returns an error.
         if taken == Taken::FromDead {
+            bump(map, header::TAKEOVERS);
+            if map.load(header::JOURNAL_LEN) != 0 {
+                bump(map, header::ROLLBACKS);
+            }
             roll_back(map)?;
             // Flags are not journalled: recompute every semaphore's.
             held.touched.extend(0..map.nsems());
@@ -414,6 +418,9 @@ impl<'a> Locked<'a> {
     /// ends in `state` (free, or live for this process adopting it).
     pub(super) fn clear_slot(&mut self, slot: usize, state: u32) {
         let layout = *self.layout();
+        if self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE {
+            bump(self.map, header::REAPED);
+        }
         self.drop_sleepers_of(|owner| owner == slot);
         let adjs: Vec<(usize, i32)> = (0..layout.nsems)
             .filter_map(|num| {
@@ -535,6 +542,11 @@ impl Drop for Locked<'_> {
             wake_shared(self.map.word(layout.sleeper(slot, sleeper::STATUS)), 1);
         }
     }
+}
+
+/// Counts a recovery event (statistics only: not journalled, never trusted).
+fn bump(map: &Mapping, counter: usize) {
+    map.word(counter).fetch_add(1, Ordering::Relaxed);
 }
 
 /// Records the time of a successful operation (seconds; a store only when it changed).

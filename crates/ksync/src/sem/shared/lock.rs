@@ -45,6 +45,9 @@ pub(super) enum Taken {
 
 /// Takes the set's lock for `me`.
 pub(super) fn lock(map: &Mapping, me: Me) -> Taken {
+    // Counted from before the attempt until `unlock`: while the word names
+    // this process, the count is at least 1 for its holder.
+    map.lockers_here.fetch_add(1, Ordering::SeqCst);
     let word = map.word(header::LOCK);
     let mine = HELD | me.owner();
     if word
@@ -113,8 +116,9 @@ fn holder_is_dead(map: &Mapping, me: Me, w: u32) -> bool {
         return true;
     }
     if slot == me.slot {
-        // Another thread of this process holds it.
-        return false;
+        // Another thread of this process holds it, unless this thread is
+        // the only one here: then the word is corrupt, and as good as dead.
+        return gen != me.gen || map.lockers_here.load(Ordering::SeqCst) == 1;
     }
     let current = map.load(map.layout.proc(slot, proc_slot::GEN));
     current != gen || !is_alive(map, slot)
@@ -123,7 +127,9 @@ fn holder_is_dead(map: &Mapping, me: Me, w: u32) -> bool {
 /// Releases the lock, waking one sleeper if any.
 pub(super) fn unlock(map: &Mapping) {
     let word = map.word(header::LOCK);
-    if word.swap(0, Ordering::Release) & WAITERS != 0 {
+    let waiters = word.swap(0, Ordering::Release) & WAITERS != 0;
+    map.lockers_here.fetch_sub(1, Ordering::SeqCst);
+    if waiters {
         wake_shared(word, 1);
     }
 }

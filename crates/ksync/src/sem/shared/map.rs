@@ -19,6 +19,10 @@ pub(super) struct Mapping {
     /// Kept open for the life of the process once its liveness lock is taken
     /// (`procs.rs`); see [`super::procs::Registry`].
     pub(super) fd: OwnedFd,
+    /// Threads of this process holding or taking the set's lock: lets a
+    /// waiter tell a lock word that names its own process but that no
+    /// thread of it holds, which only a corrupt file can show (`lock.rs`).
+    pub(super) lockers_here: AtomicU32,
 }
 
 // SAFETY: the mapping is only ever accessed through atomics.
@@ -83,6 +87,7 @@ impl Mapping {
             writable,
             layout: Layout::new(1),
             fd,
+            lockers_here: AtomicU32::new(0),
         })
     }
 

@@ -76,4 +76,6 @@ mod procs;
 mod set;
 
 pub use dir::{sem_dir, set_ids, SEMMNI};
-pub use set::{SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE};
+pub use set::{
+    RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
+};

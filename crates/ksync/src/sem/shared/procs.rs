@@ -96,14 +96,16 @@ impl Registry {
         map
     }
 
-    /// Forgets a removed set's file once no handle and no slot need it, so
-    /// a process that creates and removes many sets keeps no descriptors.
-    pub(super) fn release(&mut self, map: &Arc<Mapping>) {
+    /// Forgets a set's file when its last handle goes, unless this process
+    /// holds a slot in a live set: closing the descriptor would drop the
+    /// slot's liveness lock, and others would apply its undo adjustments
+    /// while it lives. A removed set's slots no longer matter.
+    pub(super) fn release(&mut self, map: &Arc<Mapping>, removed: bool) {
         let pid = current_pid();
         self.entries.retain(|e| {
             !(Arc::ptr_eq(&e.map, map)
                 && Arc::strong_count(&e.map) <= 2
-                && (e.me.is_none() || e.pid != pid))
+                && (e.me.is_none() || e.pid != pid || removed))
         });
     }
 

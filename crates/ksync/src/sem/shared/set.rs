@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
 use super::engine::{touch_otime, Locked};
-use super::eval::{adjustment, value, Outcome};
+use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
     header, proc_slot, sem_word, sleeper, Layout, MAGIC, NPROC, READY, REMOVED, SLEEPER_DONE,
     SLEEPER_FREE, SLOT_LIVE, VERSION,
@@ -52,6 +52,18 @@ pub struct SharedSemStat {
     pub otime: Option<SystemTime>,
     /// Time of creation or of the last `SETVAL`, `SETALL` or `IPC_SET`.
     pub ctime: SystemTime,
+}
+
+/// How often a set recovered from a process that died in it, since it was
+/// created ([`SharedSemSet::recovery_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Times the set's lock was taken over from a dead holder.
+    pub takeovers: u32,
+    /// Of those, times the holder died inside a transaction, which was rolled back.
+    pub rollbacks: u32,
+    /// Dead processes whose sleepers and undo adjustments were adopted.
+    pub reaped: u32,
 }
 
 /// A process with undo adjustments in a set ([`SharedSemSet::undo_holders`]).
@@ -314,6 +326,9 @@ impl SharedSemSet {
         }
         self.check(if alter { ALTER } else { READ })?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        if !self.map.writable() {
+            return self.wait_for_zero_read_only(sops, timeout, deadline);
+        }
         let mut held = Locked::enter(&self.map, self.me()?)?;
         let mut reaped = false;
         let blocking = loop {
@@ -335,6 +350,39 @@ impl SharedSemSet {
         let slot = held.enqueue(sops, blocking)?;
         drop(held);
         self.sleep(slot, deadline)
+    }
+
+    /// Wait-for-zero operations by a process that may read the set but not
+    /// write its file: the kernel allows them with read permission alone.
+    /// Such a process cannot queue itself, so it polls (1 ms, doubling to
+    /// 64 ms); it is not counted by `GETZCNT`, and its success does not
+    /// update `GETPID` or the operation time, which it cannot write.
+    fn wait_for_zero_read_only(
+        &self,
+        sops: &[SemBuf],
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<(), SemError> {
+        let mut nap = Duration::from_millis(1);
+        loop {
+            if self.is_removed() {
+                return Err(SemError::Removed);
+            }
+            match evaluate(&self.map, sops, 0).outcome {
+                Outcome::Done => return Ok(()),
+                Outcome::Failed(e) => return Err(e),
+                Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                    return Err(SemError::Again)
+                }
+                Outcome::Blocked(_) => {}
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Err(SemError::Again);
+            }
+            std::thread::sleep(deadline.map_or(nap, |d| nap.min(d - now)));
+            nap = (nap * 2).min(Duration::from_millis(64));
+        }
     }
 
     /// One operation without `SEM_UNDO` on a semaphore nobody waits on and
@@ -565,6 +613,15 @@ impl SharedSemSet {
         })
     }
 
+    /// How often the set recovered from processes that died in it.
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        RecoveryStats {
+            takeovers: self.map.load(header::TAKEOVERS),
+            rollbacks: self.map.load(header::ROLLBACKS),
+            reaped: self.map.load(header::REAPED),
+        }
+    }
+
     /// `IPC_SET`: new owner, group and mode (low nine bits), by the owner,
     /// the creator or root (`EPERM` otherwise). The file's owner and mode
     /// follow, so the OS keeps enforcing them; changing the owner of the
@@ -623,7 +680,8 @@ impl SharedSemSet {
 
 impl Drop for SharedSemSet {
     fn drop(&mut self) {
-        registry().release(&self.map);
+        let removed = self.is_removed();
+        registry().release(&self.map, removed);
     }
 }
 
@@ -725,5 +783,79 @@ fn build(
         if errno() != libc::EEXIST {
             return Err(os_error(errno()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::journal::Tx;
+    use super::super::layout::owner_word;
+    use super::*;
+
+    /// Leaves the set as a process killed inside a transaction leaves it:
+    /// the lock held in the name of a dead incarnation of this process's
+    /// slot, the journal open, two values overwritten.
+    fn die_mid_transaction(set: &SharedSemSet) {
+        let me = set.me().unwrap();
+        let held = Locked::enter(&set.map, me).unwrap();
+        let layout = set.map.layout;
+        let mut tx = Tx::begin(&set.map);
+        tx.write(layout.sem(0), 5);
+        tx.write(layout.sem(1), 7);
+        std::mem::forget(tx);
+        std::mem::forget(held);
+        set.map.lockers_here.fetch_sub(1, Ordering::SeqCst);
+        let dead = owner_word(me.slot, me.gen.wrapping_add(1));
+        set.map
+            .word(header::LOCK)
+            .store((1 << 30) | dead, Ordering::SeqCst);
+    }
+
+    /// A new private set whose file is deleted when the test ends, passed or not.
+    struct Scratch(SharedSemSet);
+
+    impl Scratch {
+        fn new(nsems: usize) -> Scratch {
+            Scratch(SharedSemSet::open(IPC_PRIVATE, nsems, IPC_CREAT | 0o600).unwrap())
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(dir::set_path(&dir::sem_dir(), self.0.id()));
+        }
+    }
+
+    #[test]
+    fn a_transaction_cut_short_is_rolled_back_by_the_next_holder() {
+        let scratch = Scratch::new(3);
+        let set = &scratch.0;
+        set.set_all(&[1, 2, 3]).unwrap();
+        die_mid_transaction(set);
+        // The half-written values are there until someone takes the lock.
+        assert_eq!(value(&set.map, 0), 5);
+        assert_eq!(set.get_all(), Ok(vec![1, 2, 3]));
+        let stats = set.recovery_stats();
+        assert_eq!((stats.takeovers, stats.rollbacks), (1, 1));
+        // And the set works on.
+        set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(2, 1, 0)])
+            .unwrap();
+        assert_eq!(set.get_all(), Ok(vec![0, 2, 4]));
+        set.remove().unwrap();
+    }
+
+    #[test]
+    fn a_journal_that_names_words_outside_the_file_is_refused() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        die_mid_transaction(set);
+        let layout = set.map.layout;
+        set.map
+            .word(layout.journal)
+            .store(u32::MAX, Ordering::SeqCst);
+        assert_eq!(set.get_all(), Err(SemError::Invalid));
+        // Nothing was written, and the lock was released.
+        assert_eq!(value(&set.map, 0), 5);
+        assert_eq!(set.map.load(header::LOCK), 0);
     }
 }

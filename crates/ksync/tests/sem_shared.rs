@@ -1,0 +1,810 @@
+//! Process-shared sets across real processes: `semget`'s key semantics,
+//! sleeping and waking across processes, removal, permissions, undo applied
+//! when a process exits, is signalled or is killed, a kill storm, and files
+//! that are corrupt. Where the kernel can run the same script, it does, and
+//! both must end the same.
+//!
+//! Other processes are this test binary run again with `child_role` as its
+//! only test and the role in `KSYNC_SHARED_ROLE`; they talk to the parent in
+//! lines marked `@@` on their stdout (the harness prints there too, which
+//! the parent ignores).
+#![cfg(all(not(loom), target_os = "linux"))]
+
+mod common;
+mod sem_common;
+
+use common::{wait_until, PATIENCE};
+use ksync::sem::{
+    SemBuf, SemError, SharedSemSet, IPC_CREAT, IPC_EXCL, IPC_NOWAIT, IPC_PRIVATE, SEMMSL, SEM_UNDO,
+};
+use sem_common::{sysv_available, KernelSet, Rng, Watchdog};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "KSYNC_SHARED_ROLE";
+const ARGS: &str = "KSYNC_SHARED_ARGS";
+
+// ---------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------
+
+/// The kernel's set or ksync's shared set, by id, as a child uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Kernel,
+    Shared,
+}
+
+impl Side {
+    fn code(self) -> &'static str {
+        match self {
+            Side::Kernel => "k",
+            Side::Shared => "s",
+        }
+    }
+}
+
+/// A set as a child process reaches it: by id, on one side.
+enum ChildSet {
+    Kernel(i32),
+    Shared(SharedSemSet),
+}
+
+impl ChildSet {
+    fn open(side: &str, id: i32) -> ChildSet {
+        match side {
+            "k" => ChildSet::Kernel(id),
+            _ => ChildSet::Shared(SharedSemSet::open_id(id).expect("child: open_id")),
+        }
+    }
+
+    /// semtimedop; 0 or the errno.
+    fn op(&self, sops: &[SemBuf], timeout: Option<Duration>) -> i32 {
+        match self {
+            ChildSet::Shared(s) => s.semtimedop(sops, timeout).err().map_or(0, |e| e.errno()),
+            ChildSet::Kernel(id) => {
+                let mut k: Vec<libc::sembuf> = sops
+                    .iter()
+                    .map(|s| libc::sembuf {
+                        sem_num: s.num,
+                        sem_op: s.op,
+                        sem_flg: s.flags,
+                    })
+                    .collect();
+                let ts = timeout.map(|t| libc::timespec {
+                    tv_sec: t.as_secs() as libc::time_t,
+                    tv_nsec: t.subsec_nanos() as libc::c_long,
+                });
+                let tsp = ts
+                    .as_ref()
+                    .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+                // SAFETY: a valid array and timespec for the call.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_semtimedop,
+                        *id as libc::c_long,
+                        k.as_mut_ptr(),
+                        k.len() as libc::c_long,
+                        tsp,
+                    )
+                };
+                if r == 0 {
+                    0
+                } else {
+                    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+                }
+            }
+        }
+    }
+
+    fn value(&self, num: usize) -> i32 {
+        match self {
+            ChildSet::Shared(s) => s.get_value(num).unwrap_or(-1),
+            // SAFETY: plain system call.
+            ChildSet::Kernel(id) => unsafe { libc::semctl(*id, num as i32, libc::GETVAL) },
+        }
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "@@{line}");
+    let _ = out.flush();
+}
+
+fn read_stdin_line() -> String {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    line.trim().to_string()
+}
+
+/// What a child does, chosen by `KSYNC_SHARED_ROLE`; nothing in a normal run.
+#[test]
+fn child_role() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let args: Vec<String> = std::env::var(ARGS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let int = |i: usize| -> i32 { args[i].parse().expect("child: numeric argument") };
+    let code = match role.as_str() {
+        // side, id, num, op: one blocking call, its result reported.
+        "wait" => {
+            let set = ChildSet::open(&args[0], int(1));
+            say("ready");
+            let r = set.op(&[SemBuf::new(int(2) as u16, int(3) as i16, 0)], None);
+            say(&format!("result {r}"));
+            0
+        }
+        // side, id, num, op: one SEM_UNDO call, then waits to be told to
+        // exit, or to be killed.
+        "hold" => {
+            let set = ChildSet::open(&args[0], int(1));
+            let r = set.op(&[SemBuf::new(int(2) as u16, int(3) as i16, SEM_UNDO)], None);
+            say(&format!("held {r}"));
+            read_stdin_line();
+            0
+        }
+        // side, id: what an unprivileged process may do with a set; run as
+        // root, it first becomes nobody.
+        "nobody" => {
+            // SAFETY: plain system calls in a single-purpose child.
+            let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
+            assert!(dropped, "child: could not become nobody");
+            let id = int(1);
+            let shared = if args[0] == "s" {
+                match SharedSemSet::open_id(id) {
+                    Err(e) => {
+                        say(&format!("open {}", e.errno()));
+                        std::process::exit(0);
+                    }
+                    Ok(set) => Some(set),
+                }
+            } else {
+                None
+            };
+            say("open 0");
+            let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+            let r = |x: Result<(), SemError>| x.err().map_or(0, |e| e.errno());
+            // SAFETY (kernel side): plain system calls with valid arguments.
+            let kernel_ctl = |cmd: i32, arg: libc::c_ulong| unsafe {
+                if libc::semctl(id, 0, cmd, arg) < 0 {
+                    errno()
+                } else {
+                    0
+                }
+            };
+            let kernel_op = |op: i16| {
+                let mut sb = libc::sembuf {
+                    sem_num: 0,
+                    sem_op: op,
+                    sem_flg: IPC_NOWAIT,
+                };
+                // SAFETY: one valid sembuf.
+                if unsafe { libc::semop(id, &mut sb, 1) } < 0 {
+                    errno()
+                } else {
+                    0
+                }
+            };
+            let results: Vec<(&str, i32)> = match &shared {
+                Some(set) => vec![
+                    ("getval", r(set.get_value(0).map(drop))),
+                    ("alter", r(set.semop(&[SemBuf::new(0, 1, IPC_NOWAIT)]))),
+                    ("zero", r(set.semop(&[SemBuf::new(0, 0, IPC_NOWAIT)]))),
+                    ("setval", r(set.set_value(0, 3))),
+                    ("ipcset", r(set.set_perm(65534, 65534, 0o666))),
+                    ("rmid", r(set.remove())),
+                ],
+                None => {
+                    // SAFETY: plain old data, filled by IPC_STAT first.
+                    let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
+                    let ds_arg = &mut ds as *mut libc::semid_ds as libc::c_ulong;
+                    kernel_ctl(libc::IPC_STAT, ds_arg);
+                    vec![
+                        ("getval", kernel_ctl(libc::GETVAL, 0)),
+                        ("alter", kernel_op(1)),
+                        ("zero", kernel_op(0)),
+                        ("setval", kernel_ctl(libc::SETVAL, 3)),
+                        ("ipcset", kernel_ctl(libc::IPC_SET, ds_arg)),
+                        ("rmid", kernel_ctl(libc::IPC_RMID, 0)),
+                    ]
+                }
+            };
+            for (what, e) in results {
+                say(&format!("{what} {e}"));
+            }
+            0
+        }
+        // side, id, nsems, seed, stop-id: the kill storm's worker, until the
+        // stop set's semaphore 0 is non-zero.
+        "worker" => {
+            let set = ChildSet::open(&args[0], int(1));
+            let stop = ChildSet::open(&args[0], int(4));
+            let n = int(2) as u64;
+            let mut rng = Rng::new(int(3) as u64 ^ u64::from(std::process::id()));
+            say("ready");
+            while stop.value(0) == 0 {
+                // Take one unit of two different semaphores (or two of one),
+                // maybe with a timeout, then give them back: balanced, and
+                // balanced again by undo if killed in between.
+                let a = rng.below(n) as u16;
+                let b = rng.below(n) as u16;
+                let take = [SemBuf::new(a, -1, SEM_UNDO), SemBuf::new(b, -1, SEM_UNDO)];
+                let give = [SemBuf::new(a, 1, SEM_UNDO), SemBuf::new(b, 1, SEM_UNDO)];
+                let timeout = rng
+                    .percent(30)
+                    .then(|| Duration::from_micros(rng.below(2000)));
+                let r = set.op(&take, timeout);
+                if r == 0 {
+                    for _ in 0..rng.below(50) {
+                        std::hint::spin_loop();
+                    }
+                    assert_eq!(set.op(&give, None), 0, "child: give back");
+                } else {
+                    assert_eq!(r, libc::EAGAIN, "child: take");
+                }
+            }
+            0
+        }
+        other => panic!("child: unknown role {other}"),
+    };
+    std::process::exit(code);
+}
+
+/// A child process and the `@` lines it says.
+struct Kid {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Kid {
+    fn spawn(role: &str, args: &[String]) -> Kid {
+        Self::spawn_with(role, args, Stdio::inherit())
+    }
+
+    fn spawn_with(role: &str, args: &[String], stderr: Stdio) -> Kid {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(ARGS, args.join(","))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("child stdout");
+        let stdin = child.stdin.take();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // The harness may have started the line ("test child_role ... ").
+                if let Some(at) = line.find("@@") {
+                    if tx.send(line[at + 2..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Kid {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next line the child says, which must start with `word`; the rest.
+    fn expect(&self, word: &str) -> String {
+        let line = self
+            .lines
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("child said nothing for {PATIENCE:?}; wanted {word}"));
+        line.strip_prefix(word)
+            .unwrap_or_else(|| panic!("child said {line:?}, wanted {word}"))
+            .trim()
+            .to_string()
+    }
+
+    fn expect_errno(&self, word: &str) -> i32 {
+        self.expect(word).parse().expect("an errno")
+    }
+
+    fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: plain system call on our own child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Tells a `hold` child to exit normally.
+    fn release(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "exit");
+        }
+    }
+
+    /// Waits for the child to end, failing the test after [`PATIENCE`].
+    fn reap(mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if start.elapsed() > PATIENCE {
+                let _ = self.child.kill();
+                panic!("child {} did not end within {PATIENCE:?}", self.pid());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn args(items: &[&dyn std::fmt::Display]) -> Vec<String> {
+    items.iter().map(|x| x.to_string()).collect()
+}
+
+/// A shared set removed when dropped (also when a test fails).
+struct Shared(SharedSemSet);
+
+impl Shared {
+    fn new(nsems: usize) -> Shared {
+        Shared(SharedSemSet::open(IPC_PRIVATE, nsems, IPC_CREAT | 0o600).expect("create"))
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+impl std::ops::Deref for Shared {
+    type Target = SharedSemSet;
+    fn deref(&self) -> &SharedSemSet {
+        &self.0
+    }
+}
+
+/// A key nobody else uses: random, never IPC_PRIVATE.
+fn fresh_key() -> i32 {
+    let mut rng = Rng::new(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64
+            ^ u64::from(std::process::id()),
+    );
+    (rng.next() as i32 & 0x3fff_ffff) | 0x0100_0000
+}
+
+// ---------------------------------------------------------------------------
+// semget
+// ---------------------------------------------------------------------------
+
+/// The same sequence of `semget` calls on one key, on the kernel and on
+/// ksync: every errno (or success) must agree.
+#[test]
+fn semget_key_semantics_match_the_kernel() {
+    let script: &[(usize, i32)] = &[
+        (1, 0),                            // ENOENT: no set, no IPC_CREAT
+        (SEMMSL + 1, IPC_CREAT | 0o600),   // EINVAL before anything else
+        (0, IPC_CREAT | 0o600),            // EINVAL: creating needs nsems >= 1
+        (3, IPC_CREAT | IPC_EXCL | 0o640), // created
+        (3, IPC_CREAT | IPC_EXCL | 0o600), // EEXIST
+        (0, 0),                            // found: 0 means "any size"
+        (3, 0o600),                        // found
+        (4, 0),                            // EINVAL: larger than the set
+        (4, IPC_CREAT | IPC_EXCL),         // EEXIST comes before the size
+        (2, IPC_CREAT | 0o600),            // found, smaller is fine
+        (1, 0o400),                        // found, read requested: granted
+    ];
+    let key = fresh_key();
+    let ours: Vec<i32> = {
+        let mut made = Vec::new();
+        let out = script
+            .iter()
+            .map(|&(n, flags)| match SharedSemSet::open(key, n, flags) {
+                Ok(set) => {
+                    made.push(set);
+                    0
+                }
+                Err(e) => e.errno(),
+            })
+            .collect();
+        if let Some(set) = made.first() {
+            set.remove().unwrap();
+            // The key is free at once.
+            assert_eq!(
+                SharedSemSet::open(key, 1, 0).err(),
+                Some(SemError::NotFound)
+            );
+        }
+        out
+    };
+    assert_eq!(ours[3], 0, "ksync created the set: {ours:?}");
+    if !sysv_available("sem_shared::semget_key_semantics_match_the_kernel") {
+        return;
+    }
+    let mut ids = Vec::new();
+    let theirs: Vec<i32> = script
+        .iter()
+        .map(|&(n, flags)| {
+            // SAFETY: plain system call.
+            let id = unsafe { libc::semget(key, n as i32, flags) };
+            if id >= 0 {
+                ids.push(id);
+                0
+            } else {
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+            }
+        })
+        .collect();
+    for id in ids {
+        // SAFETY: plain system call.
+        unsafe { libc::semctl(id, 0, libc::IPC_RMID) };
+    }
+    assert_eq!(ours, theirs, "semget errnos, ksync vs kernel");
+}
+
+#[test]
+fn private_sets_are_distinct_and_found_by_id() {
+    let a = Shared::new(2);
+    let b = Shared::new(2);
+    assert_ne!(a.id(), b.id());
+    a.set_value(1, 5).unwrap();
+    let again = SharedSemSet::open_id(a.id()).unwrap();
+    assert_eq!(again.get_value(1), Ok(5));
+    assert_eq!(b.get_value(1), Ok(0));
+    assert_eq!(again.key(), IPC_PRIVATE);
+    let st = again.stat().unwrap();
+    // SAFETY: plain system call.
+    assert_eq!(st.uid, unsafe { libc::geteuid() });
+    assert_eq!((st.mode, st.nsems), (0o600, 2));
+    assert_eq!(SharedSemSet::open_id(7).err(), Some(SemError::NotFound));
+}
+
+// ---------------------------------------------------------------------------
+// Across processes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_sleeper_in_another_process_is_woken_in_fifo_order() {
+    let _dog = Watchdog::arm("a_sleeper_in_another_process", Duration::from_secs(60));
+    let set = Shared::new(1);
+    let id = set.id();
+    let kids: Vec<Kid> = (1..=3)
+        .map(|k| {
+            let kid = Kid::spawn("wait", &args(&[&"s", &id, &0, &-1]));
+            kid.expect("ready");
+            wait_until(&format!("{k} sleepers"), || set.ncnt(0) == Ok(k));
+            kid
+        })
+        .collect();
+    for (i, kid) in kids.iter().enumerate() {
+        set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+        assert_eq!(kid.expect_errno("result"), 0, "sleeper {i} woken first");
+        assert_eq!(set.ncnt(0), Ok(2 - i));
+    }
+    assert_eq!(set.get_value(0), Ok(0));
+    for kid in kids {
+        assert!(kid.reap().success());
+    }
+}
+
+#[test]
+fn removal_fails_sleepers_in_other_processes_with_eidrm() {
+    let _dog = Watchdog::arm("removal_fails_sleepers", Duration::from_secs(60));
+    let set = SharedSemSet::open(IPC_PRIVATE, 2, IPC_CREAT | 0o600).unwrap();
+    let id = set.id();
+    let a = Kid::spawn("wait", &args(&[&"s", &id, &0, &-1]));
+    let b = Kid::spawn("wait", &args(&[&"s", &id, &1, &0]));
+    set.set_value(1, 1).unwrap();
+    a.expect("ready");
+    b.expect("ready");
+    wait_until("both asleep", || {
+        set.ncnt(0) == Ok(1) && set.zcnt(1) == Ok(1)
+    });
+    set.remove().unwrap();
+    assert_eq!(a.expect_errno("result"), libc::EIDRM);
+    assert_eq!(b.expect_errno("result"), libc::EIDRM);
+    assert_eq!(set.get_value(0), Err(SemError::Removed));
+    assert_eq!(SharedSemSet::open_id(id).err(), Some(SemError::NotFound));
+    assert!(a.reap().success() && b.reap().success());
+}
+
+/// How a `hold` child ends.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Exit,
+    Signal,
+    Kill,
+}
+
+/// A child takes a unit with SEM_UNDO and ends; its undo gives the unit
+/// back, and a sleeper in this process waiting for it is woken: on the
+/// kernel at once, on ksync within the sleepers' poll.
+fn undo_at_end(side: Side, id: i32, value: &dyn Fn() -> i32, end: End) {
+    let mut kid = Kid::spawn("hold", &args(&[&side.code(), &id, &0, &-1]));
+    assert_eq!(kid.expect_errno("held"), 0, "{side:?} {end:?}");
+    assert_eq!(value(), 0, "{side:?} {end:?}: the child holds the unit");
+    let sleeper = std::thread::spawn({
+        let side = side.code();
+        move || ChildSet::open(side, id).op(&[SemBuf::new(0, -1, 0)], Some(PATIENCE))
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    match end {
+        End::Exit => kid.release(),
+        End::Signal => kid.signal(libc::SIGTERM),
+        End::Kill => kid.signal(libc::SIGKILL),
+    }
+    let status = kid.reap();
+    match end {
+        End::Exit => assert!(status.success()),
+        End::Signal | End::Kill => assert!(!status.success()),
+    }
+    assert_eq!(
+        sleeper.join().unwrap(),
+        0,
+        "{side:?} {end:?}: the sleeper got the unit back through undo"
+    );
+    assert_eq!(value(), 0, "{side:?} {end:?}: and took it");
+}
+
+#[test]
+fn undo_is_applied_when_a_process_exits_is_signalled_or_killed() {
+    let _dog = Watchdog::arm("undo_at_exit", Duration::from_secs(120));
+    let set = Shared::new(1);
+    for end in [End::Exit, End::Signal, End::Kill] {
+        set.set_value(0, 1).unwrap();
+        undo_at_end(Side::Shared, set.id(), &|| set.get_value(0).unwrap(), end);
+    }
+    if sysv_available("sem_shared::undo_is_applied_when_a_process_exits") {
+        let k = KernelSet::create(1);
+        for end in [End::Exit, End::Signal, End::Kill] {
+            k.set_value(0, 1).unwrap();
+            undo_at_end(Side::Kernel, k.id(), &|| k.get_value(0).unwrap(), end);
+        }
+    }
+}
+
+#[test]
+fn undo_holders_name_the_process_and_its_adjustments() {
+    let set = Shared::new(2);
+    set.set_all(&[3, 3]).unwrap();
+    let mut kid = Kid::spawn("hold", &args(&[&"s", &set.id(), &1, &-2]));
+    assert_eq!(kid.expect_errno("held"), 0);
+    let holders = set.undo_holders().unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].pid, kid.pid());
+    assert_eq!(holders[0].adjustments, vec![(1, 2)]);
+    kid.release();
+    assert!(kid.reap().success());
+    assert_eq!(set.get_all(), Ok(vec![3, 3]));
+    assert_eq!(set.undo_holders(), Ok(vec![]));
+}
+
+#[test]
+fn an_unprivileged_process_gets_the_kernels_permission_errors() {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        let bang = "!".repeat(72);
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{bang}\n!!! SKIPPED sem_shared::an_unprivileged_process_gets_the_kernels_permission_errors:\n\
+             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
+        );
+        return;
+    }
+    // 0600: nobody cannot even open it.
+    let closed = Shared::new(1);
+    let kid = Kid::spawn("nobody", &args(&[&"s", &closed.id()]));
+    assert_eq!(kid.expect_errno("open"), libc::EACCES);
+    assert!(kid.reap().success());
+    // 0644: nobody may read, not alter, and is not the owner.
+    let open = Shared::new(1);
+    open.set_perm(0, 0, 0o644).unwrap();
+    let words = ["getval", "alter", "zero", "setval", "ipcset", "rmid"];
+    let answers = |side: &str, id: i32| -> Vec<i32> {
+        let kid = Kid::spawn("nobody", &args(&[&side, &id]));
+        assert_eq!(kid.expect_errno("open"), 0, "{side}");
+        let out = words.iter().map(|w| kid.expect_errno(w)).collect();
+        assert!(kid.reap().success());
+        out
+    };
+    let ours = answers("s", open.id());
+    let want = [0, libc::EACCES, 0, libc::EACCES, libc::EPERM, libc::EPERM];
+    assert_eq!(ours, want, "ksync: {words:?}");
+    assert_eq!(open.get_value(0), Ok(0));
+    // The kernel says the same to the same child.
+    if sysv_available("sem_shared::an_unprivileged_process_gets_the_kernels_permission_errors") {
+        let k = KernelSet::create(1);
+        // SAFETY: plain old data for IPC_STAT / IPC_SET.
+        let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid semid_ds for both commands.
+        unsafe {
+            let stat = &mut ds as *mut libc::semid_ds;
+            assert_eq!(libc::semctl(k.id(), 0, libc::IPC_STAT, stat), 0);
+            ds.sem_perm.mode = 0o644;
+            let set = &mut ds as *mut libc::semid_ds;
+            assert_eq!(libc::semctl(k.id(), 0, libc::IPC_SET, set), 0);
+        }
+        assert_eq!(answers("k", k.id()), ours, "kernel vs ksync: {words:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The kill storm
+// ---------------------------------------------------------------------------
+
+/// Workers make balanced SEM_UNDO calls (two semaphores at once, blocking
+/// or timed) while this process kills random ones at random moments and
+/// starts new ones. At the end every value is its start value and every
+/// survivor stops when asked. The kernel runs the same script.
+fn kill_storm(side: Side, id: i32, stop_id: i32, nsems: usize, deadline: Duration) -> u32 {
+    const WORKERS: usize = 4;
+    let seed = sem_common::stress_seed("sem_shared::kill_storm");
+    let mut rng = Rng::new(seed);
+    let spawn = |rng: &mut Rng| {
+        Kid::spawn_with(
+            "worker",
+            &args(&[
+                &side.code(),
+                &id,
+                &nsems,
+                &(rng.next() as u32 & 0x7fff_ffff),
+                &stop_id,
+            ]),
+            Stdio::inherit(),
+        )
+    };
+    let mut workers: Vec<Kid> = (0..WORKERS).map(|_| spawn(&mut rng)).collect();
+    for w in &workers {
+        w.expect("ready");
+    }
+    let start = Instant::now();
+    let mut kills = 0u32;
+    while start.elapsed() < deadline && kills < 3000 {
+        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        let victim = rng.below(WORKERS as u64) as usize;
+        workers[victim].signal(libc::SIGKILL);
+        let dead = std::mem::replace(&mut workers[victim], spawn(&mut rng));
+        assert!(
+            !dead.reap().success(),
+            "{side:?}: a killed worker exited normally"
+        );
+        kills += 1;
+    }
+    // Survivors: ask them to stop; each must, so none is stuck.
+    let stop = ChildSet::open(side.code(), stop_id);
+    assert_eq!(stop.op(&[SemBuf::new(0, 1, 0)], None), 0);
+    for w in workers {
+        let status = w.reap();
+        assert!(status.success(), "{side:?}: a worker failed: {status:?}");
+    }
+    kills
+}
+
+#[test]
+fn kill_storm_never_loses_or_invents_a_unit() {
+    let _dog = Watchdog::arm("kill_storm", Duration::from_secs(240));
+    const NSEMS: usize = 3;
+    // At least 2 each: a worker may take two units of one semaphore.
+    let start = [2u16, 2, 3];
+    let run = Duration::from_secs(8);
+    let set = Shared::new(NSEMS);
+    let stop = Shared::new(1);
+    set.set_all(&start).unwrap();
+    let kills = kill_storm(Side::Shared, set.id(), stop.id(), NSEMS, run);
+    assert_eq!(
+        set.get_all(),
+        Ok(start.to_vec()),
+        "ksync after {kills} kills"
+    );
+    assert_eq!(
+        set.ncnt(0).unwrap() + set.ncnt(1).unwrap() + set.ncnt(2).unwrap(),
+        0
+    );
+    let stats = set.recovery_stats();
+    eprintln!("sem_shared::kill_storm: ksync survived {kills} SIGKILLs: {stats:?}");
+    if sysv_available("sem_shared::kill_storm_never_loses_or_invents_a_unit") {
+        let k = KernelSet::create(NSEMS);
+        let kstop = KernelSet::create(1);
+        k.set_all(&start).unwrap();
+        let kills = kill_storm(Side::Kernel, k.id(), kstop.id(), NSEMS, run);
+        assert_eq!(
+            k.get_all(),
+            Ok(start.to_vec()),
+            "kernel after {kills} kills"
+        );
+        eprintln!("sem_shared::kill_storm: the kernel survived {kills} SIGKILLs");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Hostile files
+// ---------------------------------------------------------------------------
+
+/// Overwrites random words of a set's file with random values and then
+/// uses the set through a new handle and the old one: every call must
+/// return (timeouts bound the blocking ones) with a value or an error, never
+/// crash or hang.
+#[test]
+fn corrupt_files_give_errors_not_crashes() {
+    use std::os::unix::fs::FileExt;
+    let _dog = Watchdog::arm("corrupt_files", Duration::from_secs(240));
+    let seed = sem_common::stress_seed("sem_shared::corrupt_files");
+    let mut rng = Rng::new(seed);
+    let dir = ksync::sem::shared::sem_dir();
+    let short = Some(Duration::from_millis(2));
+    for round in 0..300 {
+        let set = Shared::new(1 + rng.below(4) as usize);
+        set.set_value(0, 1).unwrap();
+        let path = dir.join(format!("sem.{}", set.id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let len = file.metadata().unwrap().len();
+        for _ in 0..1 + rng.below(8) {
+            // Mostly the header and the first pages, where the state is.
+            let limit = if rng.percent(70) { 4096 } else { len };
+            let at = rng.below(limit / 4) * 4;
+            let value: u32 = match rng.below(4) {
+                0 => 0,
+                1 => u32::MAX,
+                2 => rng.below(8) as u32,
+                _ => rng.next() as u32,
+            };
+            file.write_all_at(&value.to_ne_bytes(), at).unwrap();
+        }
+        let fresh = SharedSemSet::open_id(set.id());
+        let handles: Vec<&SharedSemSet> = match &fresh {
+            Ok(f) => vec![f, &set.0],
+            Err(_) => vec![&set.0],
+        };
+        for s in handles {
+            let _ = s.semtimedop(&[SemBuf::new(0, -1, 0)], short);
+            let _ = s.semtimedop(&[SemBuf::new(0, 1, 0)], short);
+            let _ = s.semtimedop(&[SemBuf::new(0, 1, SEM_UNDO), SemBuf::new(0, -1, 0)], short);
+            let _ = s.get_all();
+            let _ = s.ncnt(0);
+            let _ = s.zcnt(0);
+            let _ = s.set_value(0, 2);
+            let _ = s.stat();
+            let _ = s.undo_holders();
+        }
+        drop(fresh);
+        drop(set);
+        // A set too corrupt to remove leaves its file: remove that too.
+        let _ = std::fs::remove_file(&path);
+        if round % 50 == 0 {
+            eprintln!("sem_shared::corrupt_files: round {round}");
+        }
+    }
+    // A file that is not a set at all.
+    let bogus = dir.join("sem.1073741825");
+    std::fs::write(&bogus, b"not a semaphore set").unwrap();
+    assert_eq!(
+        SharedSemSet::open_id(1_073_741_825).err(),
+        Some(SemError::Invalid)
+    );
+    std::fs::remove_file(&bogus).unwrap();
+}
