@@ -141,6 +141,30 @@ fn child_role() {
             say(&format!("result {r}"));
             0
         }
+        // id, threads: a fresh process whose threads all make their first
+        // call at once, each sleeping on its own semaphore.
+        "threads" => {
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            let n = int(1) as usize;
+            let go = std::sync::Barrier::new(n);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..n)
+                    .map(|i| {
+                        let (set, go) = (&set, &go);
+                        s.spawn(move || {
+                            go.wait();
+                            set.semop(&[SemBuf::new(i as u16, -1, 0)])
+                        })
+                    })
+                    .collect();
+                say("ready");
+                for h in handles {
+                    let r = h.join().unwrap();
+                    say(&format!("result {}", r.err().map_or(0, |e| e.errno())));
+                }
+            });
+            0
+        }
         // side, id, num, op: one SEM_UNDO call, then waits to be told to
         // exit, or to be killed.
         "hold" => {
@@ -508,14 +532,38 @@ fn a_sleeper_in_another_process_is_woken_in_fifo_order() {
     }
 }
 
+/// The threads of a process that has not used the set yet all make their
+/// first call at once: one claims the process's slot, and none of the
+/// others' sleepers may be lost while it adopts the slot's leftovers.
+#[test]
+fn first_calls_from_many_threads_of_a_new_process_all_sleep_and_wake() {
+    let _dog = Watchdog::arm("first_calls_from_many_threads", Duration::from_secs(120));
+    const THREADS: usize = 8;
+    let set = Shared::new(THREADS);
+    for round in 0..10 {
+        let kid = Kid::spawn("threads", &args(&[&set.id(), &THREADS]));
+        kid.expect("ready");
+        wait_until(&format!("round {round}: every thread asleep"), || {
+            (0..THREADS).all(|i| set.ncnt(i) == Ok(1))
+        });
+        set.set_all(&[1; THREADS]).unwrap();
+        for _ in 0..THREADS {
+            assert_eq!(kid.expect_errno("result"), 0, "round {round}");
+        }
+        assert!(kid.reap().success());
+        assert_eq!(set.get_all(), Ok(vec![0; THREADS]));
+    }
+}
+
 #[test]
 fn removal_fails_sleepers_in_other_processes_with_eidrm() {
     let _dog = Watchdog::arm("removal_fails_sleepers", Duration::from_secs(60));
     let set = SharedSemSet::open(IPC_PRIVATE, 2, IPC_CREAT | 0o600).unwrap();
     let id = set.id();
+    // Semaphore 1 is 1 before b starts, so b's wait for zero must sleep.
+    set.set_value(1, 1).unwrap();
     let a = Kid::spawn("wait", &args(&[&"s", &id, &0, &-1]));
     let b = Kid::spawn("wait", &args(&[&"s", &id, &1, &0]));
-    set.set_value(1, 1).unwrap();
     a.expect("ready");
     b.expect("ready");
     wait_until("both asleep", || {

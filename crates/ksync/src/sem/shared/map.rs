@@ -23,6 +23,9 @@ pub(super) struct Mapping {
     /// waiter tell a lock word that names its own process but that no
     /// thread of it holds, which only a corrupt file can show (`lock.rs`).
     pub(super) lockers_here: AtomicU32,
+    /// Held by the thread of this process that claims its slot, so that
+    /// the others wait for the claim instead of claiming a second slot.
+    pub(super) claiming: std::sync::Mutex<()>,
 }
 
 // SAFETY: the mapping is only ever accessed through atomics.
@@ -88,6 +91,7 @@ impl Mapping {
             layout: Layout::new(1),
             fd,
             lockers_here: AtomicU32::new(0),
+            claiming: std::sync::Mutex::new(()),
         })
     }
 

@@ -54,6 +54,9 @@ struct Entry {
     /// parent's pid here and claims a slot of its own.
     pid: i32,
     me: Option<Me>,
+    /// A slot claimed but not yet adopted (`set.rs`): no other thread of
+    /// this process may use it, nor take it for a dead process's.
+    claiming: Option<Me>,
 }
 
 /// Every set file this process has open, one descriptor each.
@@ -92,6 +95,7 @@ impl Registry {
             map: Arc::clone(&map),
             pid: current_pid(),
             me: None,
+            claiming: None,
         });
         map
     }
@@ -121,18 +125,20 @@ impl Registry {
         if entry.pid != pid {
             entry.pid = pid;
             entry.me = None;
+            entry.claiming = None;
         }
         entry.me
     }
 
     /// Claims a free slot for this process: the first whose liveness lock
-    /// can be taken. The caller then takes the set's lock and adopts what a
-    /// dead earlier owner left in the slot (`set.rs`, `reap.rs`).
+    /// can be taken. The caller then takes the set's lock, adopts what a
+    /// dead earlier owner left in the slot, and only then [`publish`]es it
+    /// for the process's other threads: a thread that queued a sleeper in
+    /// the slot before the adoption would see it dropped with the leftovers.
     /// `ENOSPC` when [`NPROC`] processes are alive in the set.
-    pub(super) fn claim(&mut self, map: &Arc<Mapping>) -> Result<(Me, bool), SemError> {
-        if let Some(me) = self.me(map) {
-            return Ok((me, false));
-        }
+    ///
+    /// [`publish`]: Registry::publish
+    pub(super) fn claim(&mut self, map: &Arc<Mapping>) -> Result<Me, SemError> {
         let layout = &map.layout;
         for slot in 0..NPROC {
             if !lock_byte(map, slot, libc::F_WRLCK)? {
@@ -150,18 +156,27 @@ impl Registry {
                 .store(current_pid() as u32, Ordering::Relaxed);
             let me = Me { slot, gen };
             if let Some(entry) = self.entry(map) {
-                entry.me = Some(me);
+                entry.claiming = Some(me);
             }
-            return Ok((me, true));
+            return Ok(me);
         }
         Err(SemError::NoSpace)
+    }
+
+    /// Makes a claimed and adopted slot this process's.
+    pub(super) fn publish(&mut self, map: &Arc<Mapping>, me: Me) {
+        if let Some(entry) = self.entry(map) {
+            entry.me = Some(me);
+            entry.claiming = None;
+        }
     }
 
     /// Whether the owner of `slot` is dead, taking its liveness lock if so:
     /// the caller, holding the set's lock, then clears the slot and calls
     /// [`Registry::unlock_dead`]. Never true for this process's own slot.
     pub(super) fn lock_if_dead(&mut self, map: &Arc<Mapping>, slot: usize) -> bool {
-        if self.me(map).is_some_and(|me| me.slot == slot) {
+        let claiming = self.entry(map).and_then(|e| e.claiming);
+        if self.me(map).or(claiming).is_some_and(|me| me.slot == slot) {
             return false;
         }
         lock_byte(map, slot, libc::F_WRLCK).unwrap_or(false)

@@ -157,7 +157,15 @@ pub struct SharedSemSet {
     id: i32,
     /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
     me: AtomicU64,
+    /// The caller's rights, cached: `perm generation << 32 | RIGHTS_VALID |
+    /// rwx bits granted | RIGHTS_PRIVILEGED`; recomputed after `IPC_SET`
+    /// (which moves the generation on), so a call costs no system call for
+    /// the credentials.
+    rights: AtomicU64,
 }
+
+const RIGHTS_VALID: u64 = 1 << 8;
+const RIGHTS_PRIVILEGED: u64 = 1 << 3;
 
 impl SharedSemSet {
     /// `semget(key, nsems, flags)`: the set bound to `key`, created with mode
@@ -239,6 +247,7 @@ impl SharedSemSet {
             map,
             id,
             me: AtomicU64::new(0),
+            rights: AtomicU64::new(0),
         };
         if set.is_removed() {
             return Err(SemError::Removed);
@@ -265,8 +274,31 @@ impl SharedSemSet {
         self.map.load(header::FLAGS) & REMOVED != 0
     }
 
+    /// Whether the caller's credentials grant `flag`'s access (read or
+    /// alter). The credentials are read once per handle and again after an
+    /// `IPC_SET`: a process that changes its user id afterwards keeps the
+    /// rights it had through handles it opened before, as with an open file.
+    fn permits(&self, flag: i32) -> bool {
+        let gen = u64::from(self.map.load(header::PERM_GEN));
+        let mut rights = self.rights.load(Ordering::Relaxed);
+        if rights & RIGHTS_VALID == 0 || rights >> 32 != gen {
+            let creds = Creds::current();
+            rights = (gen << 32)
+                | RIGHTS_VALID
+                | u64::from(creds.granted(&self.map))
+                | if creds.privileged() {
+                    RIGHTS_PRIVILEGED
+                } else {
+                    0
+                };
+            self.rights.store(rights, Ordering::Relaxed);
+        }
+        let requested = ((flag >> 6) | (flag >> 3) | flag) as u64 & 7;
+        rights & RIGHTS_PRIVILEGED != 0 || requested & !rights & 7 == 0
+    }
+
     fn check(&self, flag: i32) -> Result<(), SemError> {
-        if !Creds::current().permits(&self.map, flag) || (flag == ALTER && !self.map.writable()) {
+        if !self.permits(flag) || (flag == ALTER && !self.map.writable()) {
             return Err(SemError::Access);
         }
         if self.is_removed() {
@@ -287,11 +319,18 @@ impl SharedSemSet {
         if !self.map.writable() {
             return Err(SemError::Access);
         }
-        let (me, fresh) = registry().claim(&self.map)?;
-        if fresh {
-            let mut held = Locked::enter(&self.map, me)?;
-            held.clear_slot(me.slot, SLOT_LIVE);
-        }
+        // Lock order: the claim, then the set's lock, then the registry.
+        let _claiming = self.map.claiming.lock().unwrap_or_else(|e| e.into_inner());
+        let known = registry().me(&self.map);
+        let me = match known {
+            Some(me) => me,
+            None => {
+                let me = registry().claim(&self.map)?;
+                Locked::enter(&self.map, me)?.clear_slot(me.slot, SLOT_LIVE);
+                registry().publish(&self.map, me);
+                me
+            }
+        };
         self.me.store(
             (u64::from(pid as u32) << 32) | u64::from(me.owner() + 1),
             Ordering::Relaxed,
