@@ -76,4 +76,5 @@ mod procs;
 mod set;
 
 pub use dir::{sem_dir, set_ids, SEMMNI};
+pub use layout::{NPROC, NSLEEP};
 pub use set::{SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE};
