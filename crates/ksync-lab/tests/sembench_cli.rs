@@ -248,7 +248,13 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
         "--rounds",
         "1",
     ]);
-    let rows = ["two-cas-floor", "ksync-sem", "sysv", "posix-sem"];
+    let rows = [
+        "two-cas-floor",
+        "ksync-sem",
+        "ksync-shared",
+        "sysv",
+        "posix-sem",
+    ];
     for backend in rows {
         assert!(
             text.lines().any(|l| l.contains(&format!("| {backend} "))),
@@ -257,7 +263,8 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
     }
     assert!(text.contains("x two CAS"), "{text}");
     let records = records(&json);
-    assert_eq!(records.len(), 6, "{records:?}");
+    // The floor, four backends with one semaphore per call, three with two.
+    assert_eq!(records.len(), 8, "{records:?}");
     for r in &records {
         let lock = r["lock"].as_str().unwrap();
         assert!(rows.contains(&lock), "{r}");

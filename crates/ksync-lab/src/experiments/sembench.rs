@@ -31,9 +31,10 @@ pub struct Args {
     #[arg(short = 'r', long = "run", default_value_t = 30.0)]
     pub run: f64,
     /// Comma-separated backends (see `list`): sysv (the kernel's; also ipc or 0, sembench's
-    /// -o 0), ksync-sem (also ksync), futex (also 2), futex-batch (the floor: futex words woken
-    /// in one batched call, no SysV semantics), posix-sem (also posix), futex-chain (experiment:
-    /// each woken worker wakes the next).
+    /// -o 0), ksync-sem (also ksync), ksync-shared (also shared: ksync's process-shared sets),
+    /// futex (also 2), futex-batch (the floor: futex words woken in one batched call, no SysV
+    /// semantics), posix-sem (also posix), futex-chain (experiment: each woken worker wakes the
+    /// next).
     #[arg(
         short = 'o',
         long = "ops",

@@ -497,6 +497,7 @@ mod tests {
             run::<FutexBatch>(&small()),
             run::<PosixSems>(&small()),
             run::<ksync::sem::SemSet>(&small()),
+            run::<crate::peers::sem::KsyncShared>(&small()),
         ] {
             let o = outcome.unwrap();
             assert_eq!(o.worker_burns.len(), 6);

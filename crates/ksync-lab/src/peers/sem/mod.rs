@@ -20,12 +20,14 @@ use std::fmt;
 mod futex;
 mod futex_batch;
 mod ksync_sem;
+mod ksync_shared;
 mod posix;
 pub mod registry;
 mod sysv;
 
 pub use futex::{FutexChain, FutexSems};
 pub use futex_batch::FutexBatch;
+pub use ksync_shared::KsyncShared;
 pub use posix::PosixSems;
 pub use sysv::SysvSet;
 
@@ -71,6 +73,12 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     fn check_batch(n: usize) -> Result<(), String> {
         let _ = n;
         Ok(())
+    }
+
+    /// The most threads that may sleep in one set at once, for a backend
+    /// whose set has a fixed table of sleepers (`None`: no limit of its own).
+    fn max_sleepers() -> Option<usize> {
+        None
     }
 
     /// Removes the set and wakes every sleeper. With [`SYSV`](Self::SYSV)
@@ -126,7 +134,7 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
 }
 
 fn not_sysv(call: &str) -> String {
-    format!("{call} needs a backend with System V semantics (sysv, ksync-sem)")
+    format!("{call} needs a backend with System V semantics (sysv, ksync-sem, ksync-shared)")
 }
 
 /// The most semaphores a backend without a set of its own holds: as many
@@ -302,6 +310,7 @@ mod tests {
     fn the_kernel_and_ksync_agree_on_sysv_semantics() {
         has_sysv_semantics::<SysvSet>();
         has_sysv_semantics::<ksync::sem::SemSet>();
+        has_sysv_semantics::<KsyncShared>();
     }
 
     #[test]
