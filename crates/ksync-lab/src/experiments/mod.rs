@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub mod backoff;
 pub mod compare;
+pub mod ipcs;
 pub mod list;
 pub mod options;
 pub mod rwsem;
