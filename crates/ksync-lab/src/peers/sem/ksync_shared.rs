@@ -35,6 +35,7 @@ fn failed(e: ksync::sem::SemError, nsops: usize) -> SemError {
 
 impl SemBackend for KsyncShared {
     const SYSV: bool = true;
+    const PROCESS_SHARED: bool = true;
     type Op = SemBuf;
 
     fn create(nsems: usize) -> Result<Self, String> {
@@ -44,7 +45,11 @@ impl SemBackend for KsyncShared {
                 ksync::sem::shared::sem_dir().display()
             )
         })?;
-        Ok(KsyncShared { set })
+        let backend = KsyncShared { set };
+        // The creating thread claims the slot before any other thread can
+        // use the set (see `attach`); on an error the set is removed.
+        backend.attach()?;
+        Ok(backend)
     }
 
     fn op(num: u16, delta: i16, nowait: bool) -> SemBuf {
@@ -60,6 +65,20 @@ impl SemBackend for KsyncShared {
     fn remove(&self) {
         // A second removal fails with Removed; either way the set is gone.
         let _ = self.set.remove();
+    }
+
+    /// Claims this process's slot in the set with a harmless read, from
+    /// one thread, before others use the set. A process's first call claims its slot
+    /// and then, in a second step, clears what a dead predecessor left in
+    /// it (`SharedSemSet::me`); a second thread whose first call falls
+    /// between the two steps queues a sleeper that the clearing then drops,
+    /// and that sleeper is never woken, or wakes on another's result. Claimed
+    /// here, before the workers start, the slot is whole when they use it.
+    fn attach(&self) -> Result<(), String> {
+        self.set
+            .ncnt(0)
+            .map(drop)
+            .map_err(|e| format!("claiming this process's slot in set {}: {e}", self.set.id()))
     }
 
     fn max_sleepers() -> Option<usize> {

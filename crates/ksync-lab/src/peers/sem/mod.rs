@@ -46,6 +46,12 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     /// operation with [`SemError::Removed`].
     const SYSV: bool;
 
+    /// Whether the set lives outside the process, so that a child forked
+    /// after [`create`](Self::create) operates on the very same set through
+    /// its copy of the value (the kernel's sets, ksync's shared sets): what
+    /// sembench's `--processes` needs.
+    const PROCESS_SHARED: bool = false;
+
     /// One operation in the backend's own form (`sembuf`, `SemBuf`), built
     /// before a measured loop so that the loop times the call alone.
     type Op: Copy + Send + Sync + 'static;
@@ -72,6 +78,14 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     /// change if not (the kernel's SEMOPM).
     fn check_batch(n: usize) -> Result<(), String> {
         let _ = n;
+        Ok(())
+    }
+
+    /// Readies this process to use the set, once, before any of its
+    /// threads do: a process forked after [`create`](Self::create) calls it
+    /// from its one thread, before it starts others (sembench's
+    /// `--processes`).
+    fn attach(&self) -> Result<(), String> {
         Ok(())
     }
 

@@ -67,6 +67,16 @@ impl SemVisitor for HasSysv {
     }
 }
 
+/// Whether the backend's sets are shared between processes ([`SemBackend::PROCESS_SHARED`]).
+struct IsProcessShared;
+
+impl SemVisitor for IsProcessShared {
+    type Out = bool;
+    fn visit<B: SemBackend>(self) -> bool {
+        B::PROCESS_SHARED
+    }
+}
+
 /// The most sleepers one of the backend's sets holds ([`SemBackend::max_sleepers`]).
 struct MaxSleepers;
 
@@ -82,6 +92,12 @@ impl SemEntry {
     /// `wake` and the multi-semaphore `semop` cases.
     pub fn has_sysv_semantics(&self) -> bool {
         self.dispatch(HasSysv)
+    }
+
+    /// Whether a forked child operates on the parent's sets: only those
+    /// run sembench's `--processes`.
+    pub fn is_process_shared(&self) -> bool {
+        self.dispatch(IsProcessShared)
     }
 
     /// The most sleepers one set holds, where the backend has a limit.
@@ -135,6 +151,12 @@ mod tests {
             .map(|e| e.name)
             .collect();
         assert_eq!(sets, ["sysv", "ksync-sem", "ksync-shared"]);
+        let shared: Vec<&str> = SEM_BACKENDS
+            .iter()
+            .filter(|e| e.is_process_shared())
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(shared, ["sysv", "ksync-shared"]);
         assert_eq!(by_name("shared").unwrap().name, "ksync-shared");
         let core: Vec<&str> = core().iter().map(|e| e.name).collect();
         assert_eq!(core, ["sysv", "ksync-sem", "futex"]);
