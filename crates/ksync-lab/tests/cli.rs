@@ -25,6 +25,7 @@ fn list_names_every_lock_and_mix() {
         "wo",
         "sysv",
         "ksync-sem",
+        "ksync-shared",
         "futex-chain",
     ] {
         assert!(text.contains(name), "list lacks {name}:\n{text}");
