@@ -24,7 +24,8 @@ mod workloads;
 
 use clap::{Parser, Subcommand};
 use experiments::{
-    backoff, compare, list, rwsem, sembench, semop, show, spin, torture, uncontended, wake,
+    backoff, compare, ipcrm, ipcs, list, rwsem, sembench, semop, show, spin, torture, uncontended,
+    wake,
 };
 use output::files::Outputs;
 use output::lab::Lab;
@@ -88,6 +89,11 @@ enum Command {
     Semop(semop::Args),
     /// The locks, mixes and semaphore backends the lab knows.
     List,
+    /// ksync's process-shared semaphore sets ($KSYNC_SEM_DIR, else /dev/shm/ksync-sem), like
+    /// `ipcs -s`; `-i ID` shows one set's semaphores and undo adjustments.
+    Ipcs(ipcs::Args),
+    /// Removes ksync's process-shared semaphore sets, like `ipcrm`: `-s ID`, `-S KEY`, `--all`.
+    Ipcrm(ipcrm::Args),
 }
 
 fn main() -> ExitCode {
@@ -128,6 +134,8 @@ fn main() -> ExitCode {
         Command::Sembench(args) => sembench::run(&mut lab, args),
         Command::Wake(args) => wake::run(&mut lab, args),
         Command::Semop(args) => semop::run(&mut lab, args),
+        Command::Ipcs(args) => ipcs::run(&mut lab, args, &outputs),
+        Command::Ipcrm(args) => ipcrm::run(&mut lab, args, &outputs),
         Command::List => {
             list::run();
             Ok(())

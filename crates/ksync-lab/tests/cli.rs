@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab, ok, refused, scratch, stderr, stdout};
+use common::{lab, lab_in, ok, refused, scratch, stderr, stdout};
 
 #[test]
 fn list_names_every_lock_and_mix() {
@@ -25,6 +25,7 @@ fn list_names_every_lock_and_mix() {
         "wo",
         "sysv",
         "ksync-sem",
+        "ksync-shared",
         "futex-chain",
     ] {
         assert!(text.contains(name), "list lacks {name}:\n{text}");
@@ -490,6 +491,11 @@ fn impossible_requests_fail_cleanly() {
         &["--repeat", "0", "list"],
         &["--plot", "out.pdf", "list"],
         &["show", "/no/such/report.json"],
+        &["ipcrm"],
+        &["ipcrm", "-S", "0"],
+        &["ipcrm", "-S", "0xnope"],
+        &["ipcrm", "--all", "-s", "5"],
+        &["--csv", "sets.csv", "ipcs"],
     ] {
         let err = refused(args);
         assert!(
@@ -497,4 +503,95 @@ fn impossible_requests_fail_cleanly() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Runs `args` with shared sets in `dir`; it must succeed without a panic.
+fn ok_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = lab_in(dir, args);
+    assert!(out.status.success(), "{args:?} failed: {out:?}");
+    assert!(!stderr(&out).contains("panicked"), "{args:?}: {out:?}");
+    stdout(&out)
+}
+
+#[test]
+fn ipcs_lists_shared_sets_and_ipcrm_removes_them() {
+    use ksync::sem::{SemBuf, SharedSemSet, IPC_CREAT, IPC_PRIVATE, SEM_UNDO};
+    let dir = scratch("sem-dir");
+    let empty = format!("no ksync shared semaphore sets in {}", dir.display());
+    assert!(ok_in(&dir, &["ipcs"]).contains(&empty));
+    // The sets this test makes go to its own directory. No other test of
+    // this binary opens shared sets, and their lab processes get the
+    // variable only where they ask for it (`lab_in`).
+    std::env::set_var("KSYNC_SEM_DIR", &dir);
+    let set = SharedSemSet::open(0x4b53, 3, IPC_CREAT | 0o640).expect("create a set");
+    set.semop(&[SemBuf::new(1, 2, SEM_UNDO)]).expect("semop");
+    let id = set.id().to_string();
+
+    let text = ok_in(&dir, &["ipcs"]);
+    let row = text
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("no row for {id}:\n{text}"));
+    for cell in ["0x00004b53", "640", " 3 "] {
+        assert!(row.contains(cell), "{cell} missing: {row}");
+    }
+    assert!(!row.contains("not set"), "semop set otime: {row}");
+
+    let detail = ok_in(&dir, &["ipcs", "-i", &id]);
+    let me = std::process::id().to_string();
+    assert!(
+        detail.contains(&format!("Semaphore Array semid={id}")),
+        "{detail}"
+    );
+    assert!(detail.contains("nsems = 3"), "{detail}");
+    let sem1 = detail
+        .lines()
+        .find(|l| l.starts_with("| 1 "))
+        .unwrap_or_else(|| panic!("no semaphore 1:\n{detail}"));
+    assert!(sem1.contains(" 2 ") && sem1.contains(&me), "{sem1}");
+    // The test process holds the undo of its +2.
+    assert!(
+        detail
+            .lines()
+            .any(|l| l.contains(&me) && l.contains("1: -2")),
+        "{detail}"
+    );
+
+    let json = scratch("ipcs.json");
+    ok_in(&dir, &["--json", json.to_str().unwrap(), "ipcs"]);
+    let listing: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(listing["sets"][0]["id"], set.id(), "{listing}");
+    assert_eq!(listing["sets"][0]["key"], "0x00004b53", "{listing}");
+
+    // A file that is no set gets a row with its errno, and no panic.
+    let junk = dir.join("sem.1073741824");
+    std::fs::write(&junk, b"not a semaphore set").unwrap();
+    let text = ok_in(&dir, &["ipcs"]);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("1073741824") && l.contains("errno 22")),
+        "{text}"
+    );
+    std::fs::remove_file(&junk).unwrap();
+
+    let text = ok_in(&dir, &["ipcrm", "-S", "0x4b53"]);
+    assert!(text.contains(&format!("removed set {id}")), "{text}");
+    assert!(ok_in(&dir, &["ipcs"]).contains(&empty));
+    assert!(set.get_value(0).is_err(), "the handle sees the removal");
+
+    // Removing what is not there fails, naming it.
+    let out = lab_in(&dir, &["ipcrm", "-s", &id]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr(&out).contains(&format!("id {id}: ")) && stderr(&out).contains("errno 2"),
+        "{out:?}"
+    );
+
+    let a = SharedSemSet::open(IPC_PRIVATE, 1, IPC_CREAT | 0o600).unwrap();
+    let b = SharedSemSet::open(0x77, 2, IPC_CREAT | 0o600).unwrap();
+    let text = ok_in(&dir, &["ipcrm", "--all"]);
+    assert_eq!(text.matches("removed set ").count(), 2, "{text}");
+    assert!(ok_in(&dir, &["ipcs"]).contains(&empty));
+    drop((a, b));
 }

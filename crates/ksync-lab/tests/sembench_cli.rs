@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ok, records, refused, scratch};
+use common::{lab_in, ok, records, refused, scratch, stderr, stdout};
 
 /// Fails with status 2 and a message containing `needle`, without a panic.
 fn refused_with(args: &[&str], needle: &str) {
@@ -171,6 +171,84 @@ fn impossible_sembench_requests_are_refused() {
         &["sembench", "--pin-main", "100000", "-r", "0.1"],
         "--pin-main",
     );
+    refused_with(
+        &[
+            "sembench",
+            "-o",
+            "sysv,futex",
+            "--processes",
+            "2",
+            "-r",
+            "0.1",
+        ],
+        "futex live in one process",
+    );
+    refused_with(
+        &["sembench", "--processes", "0", "-r", "0.1"],
+        "--processes needs",
+    );
+    refused_with(
+        &["sembench", "-t", "4", "--processes", "5", "-r", "0.1"],
+        "at most one per worker thread",
+    );
+}
+
+#[test]
+fn workers_in_child_processes_on_the_process_shared_backends() {
+    let dir = scratch("sembench-sem-dir");
+    let json = scratch("sembench-processes.json");
+    let out = lab_in(
+        &dir,
+        &[
+            "--json",
+            json.to_str().unwrap(),
+            "sembench",
+            "-t",
+            "8",
+            "-w",
+            "4",
+            "-r",
+            "0.3",
+            "-o",
+            "sysv,ksync-shared",
+            "--processes",
+            "2",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!stderr(&out).contains("panicked"), "{out:?}");
+    assert_eq!(
+        text.matches("workers in 2 child processes, the main thread in the parent")
+            .count(),
+        2,
+        "{text}"
+    );
+    for using in ["sysv", "ksync-shared"] {
+        assert!(
+            text.contains(&format!("using {using} operations")),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("--processes 2: worker burns per second"),
+        "{text}"
+    );
+    let records = records(&json);
+    named_by_the_registry(&records, &["sysv", "ksync-shared"]);
+    for r in &records {
+        assert_eq!(r["params"]["processes"], "2", "{r}");
+        assert!(r["metrics"]["burns_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(
+            r["metrics"]["worker_burns"].as_f64().map(|b| b > 0.0),
+            Some(true)
+        );
+    }
+    // Every set the run made is gone with it.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
@@ -248,7 +326,13 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
         "--rounds",
         "1",
     ]);
-    let rows = ["two-cas-floor", "ksync-sem", "sysv", "posix-sem"];
+    let rows = [
+        "two-cas-floor",
+        "ksync-sem",
+        "ksync-shared",
+        "sysv",
+        "posix-sem",
+    ];
     for backend in rows {
         assert!(
             text.lines().any(|l| l.contains(&format!("| {backend} "))),
@@ -257,7 +341,8 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
     }
     assert!(text.contains("x two CAS"), "{text}");
     let records = records(&json);
-    assert_eq!(records.len(), 6, "{records:?}");
+    // The floor, four backends with one semaphore per call, three with two.
+    assert_eq!(records.len(), 8, "{records:?}");
     for r in &records {
         let lock = r["lock"].as_str().unwrap();
         assert!(rows.contains(&lock), "{r}");

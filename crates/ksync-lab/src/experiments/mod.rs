@@ -16,6 +16,8 @@ use std::time::Duration;
 
 pub mod backoff;
 pub mod compare;
+pub mod ipcrm;
+pub mod ipcs;
 pub mod list;
 pub mod options;
 pub mod rwsem;

@@ -31,9 +31,10 @@ pub struct Args {
     #[arg(short = 'r', long = "run", default_value_t = 30.0)]
     pub run: f64,
     /// Comma-separated backends (see `list`): sysv (the kernel's; also ipc or 0, sembench's
-    /// -o 0), ksync-sem (also ksync), futex (also 2), futex-batch (the floor: futex words woken
-    /// in one batched call, no SysV semantics), posix-sem (also posix), futex-chain (experiment:
-    /// each woken worker wakes the next).
+    /// -o 0), ksync-sem (also ksync), ksync-shared (also shared: ksync's process-shared sets),
+    /// futex (also 2), futex-batch (the floor: futex words woken in one batched call, no SysV
+    /// semantics), posix-sem (also posix), futex-chain (experiment: each woken worker wakes the
+    /// next).
     #[arg(
         short = 'o',
         long = "ops",
@@ -55,6 +56,11 @@ pub struct Args {
     /// (ksync::sem::set_sleeper_spin; default ksync's own).
     #[arg(long, value_name = "POLLS")]
     pub sleeper_spin: Option<u32>,
+    /// Run the workers in P forked child processes (split evenly; the posting main thread
+    /// stays in this one), for backends whose sets are shared between processes: sysv and
+    /// ksync-shared.
+    #[arg(long, value_name = "P")]
+    pub processes: Option<usize>,
 }
 
 impl Args {
@@ -62,6 +68,20 @@ impl Args {
         let backends = sems::chosen(&self.backends, "sembench backend", |_| true)?;
         if backends.is_empty() {
             return Err("-o needs at least one backend".into());
+        }
+        if self.processes.is_some() {
+            let local: Vec<&str> = backends
+                .iter()
+                .filter(|b| !b.is_process_shared())
+                .map(|b| b.name)
+                .collect();
+            if !local.is_empty() {
+                return Err(format!(
+                    "--processes needs backends whose sets are shared between processes \
+                     (sysv, ksync-shared); {} live in one process",
+                    local.join(", ")
+                ));
+            }
         }
         Ok(backends)
     }
@@ -86,6 +106,7 @@ impl Args {
             bind_workers: !self.no_bind,
             main_cpu: self.pin_main,
             pause: Duration::from_secs_f64(self.pause),
+            processes: self.processes,
         };
         config.validate()?;
         Ok(config)
@@ -95,8 +116,16 @@ impl Args {
 /// sembench's output lines (0.2 format) for `backend`'s run, plus ksync's
 /// counters and Manfred Spraul's lock statistics line.
 fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
-    let mut lines = vec![
-        format!("{} threads, waking {} at a time", o.threads, o.wake),
+    let mut lines = vec![format!(
+        "{} threads, waking {} at a time",
+        o.threads, o.wake
+    )];
+    if let Some(p) = o.processes {
+        lines.push(format!(
+            "workers in {p} child processes, the main thread in the parent"
+        ));
+    }
+    lines.extend([
         format!("using {} operations", backend.name),
         format!("main thread burns: {}", o.main_burns),
         format!(
@@ -111,7 +140,7 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             o.run.as_secs_f64(),
             o.burns_per_sec() as u64
         ),
-    ];
+    ]);
     let u = &o.usage;
     let mut cost = vec![
         format!(
@@ -211,6 +240,9 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         "involuntary_switches_per_burn",
         per_burn(o.usage.involuntary_switches),
     );
+    if let Some(p) = config.processes {
+        r = r.param("processes", p);
+    }
     if backend.is_ksync() {
         r = r.param(
             "sleeper_spin",
@@ -240,10 +272,13 @@ fn measure(
     lines: &mut Vec<String>,
 ) -> Result<Measured, String> {
     let mut error = None;
-    let label = format!(
+    let mut label = format!(
         "sembench -o {} -t {} -w {}",
         backend.name, config.threads, config.wake
     );
+    if let Some(p) = config.processes {
+        label.push_str(&format!(" --processes {p}"));
+    }
     let measured = lab.measure(&label, || match backend.dispatch(Sembench(config)) {
         Ok(o) => {
             lines.push(String::new());
@@ -340,7 +375,8 @@ fn breakdown(points: &[Measured]) -> Table {
     }
     table.note(
         "Per worker burn, over the measured run. cpu and switches: getrusage of the whole \
-         process (main thread included). futex sleeps, wake calls (io_uring_enter or FUTEX_WAKE), \
+         process (main thread included; with --processes, plus the worker processes over their \
+         whole lives, start and shutdown included). futex sleeps, wake calls (io_uring_enter or FUTEX_WAKE), \
          lock waits (an internal lock found taken) and polls (looks at a word before sleeping): \
          the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
          semtimedop per burn and its share of the poster's calls)."
@@ -367,20 +403,21 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         lab.print(&lines.join("\n"));
         points.push(m);
     }
+    let mut title = format!(
+        "sembench -t {} -w {} -r {}",
+        config.threads, config.wake, args.run
+    );
+    if let Some(p) = config.processes {
+        title.push_str(&format!(" --processes {p}"));
+    }
     if points.len() > 1 {
         lab.print(&format!(
-            "\n## sembench -t {} -w {} -r {}: worker burns per second, ratios to sysv\n\n{}",
-            config.threads,
-            config.wake,
-            args.run,
+            "\n## {title}: worker burns per second, ratios to sysv\n\n{}",
             table(&points).render()
         ));
     }
     lab.print(&format!(
-        "\n## sembench -t {} -w {} -r {}: what one worker burn cost\n\n{}",
-        config.threads,
-        config.wake,
-        args.run,
+        "\n## {title}: what one worker burn cost\n\n{}",
         breakdown(&points).render()
     ));
     Ok(())

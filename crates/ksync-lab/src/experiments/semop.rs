@@ -1,5 +1,6 @@
 //! `semop`: the uncontended cost of a semaphore down + up pair, ksync's
-//! `SemSet` beside the kernel's System V semaphores and glibc's `sem_t`.
+//! `SemSet` and process-shared `SharedSemSet` beside the kernel's System V
+//! semaphores and glibc's `sem_t`.
 //!
 //! One thread takes and gives back one semaphore (value 1) in a loop: the
 //! cost a program pays for a semaphore nobody else wants. ksync's single
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Down + up pairs per round for ksync and sem_t (the kernel does 1/50 of them).
+    /// Down + up pairs per round for ksync's sets and sem_t (the kernel does 1/50 of them).
     #[arg(long, default_value_t = 2_000_000)]
     pub iters: u64,
     /// Rounds; the best is reported.
@@ -26,7 +27,7 @@ pub struct Args {
 }
 
 /// The backends measured, in table order.
-const BACKENDS: [&str; 3] = ["ksync-sem", "sysv", "posix-sem"];
+const BACKENDS: [&str; 4] = ["ksync-sem", "ksync-shared", "sysv", "posix-sem"];
 
 /// The kernel's backend, the reference of the ratios.
 const KERNEL: &str = "sysv";

@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "deep,bulk")]
     pub experiments: Vec<String>,
     /// Comma-separated backends with System V semantics: ksync-sem (also ksync), sysv (the
-    /// kernel's; also ipc).
+    /// kernel's; also ipc), ksync-shared (also shared; at most 1024 sleepers per set).
     #[arg(
         short = 'o',
         long = "ops",
@@ -124,6 +124,40 @@ fn check(args: &Args) -> Result<Duration, String> {
         return Err(format!("--rounds needs 1 to 100, not {}", args.rounds));
     }
     Ok(run)
+}
+
+fn deep_wanted(experiments: &[Experiment]) -> bool {
+    experiments.contains(&Experiment::Deep)
+}
+
+fn bulk_wanted(experiments: &[Experiment]) -> bool {
+    experiments.contains(&Experiment::Bulk)
+}
+
+/// Refuses, before anything runs, a point that would put more sleepers in
+/// one set than `b`'s set can hold (ksync's shared sets have a fixed table).
+fn check_sleepers(b: &SemEntry, args: &Args, deep: bool, bulk: bool) -> Result<(), String> {
+    let Some(max) = b.max_sleepers() else {
+        return Ok(());
+    };
+    let heads = args.heads.iter().copied().max().unwrap_or(0);
+    if deep && heads + args.later > max {
+        return Err(format!(
+            "-o {}: a set holds at most {max} sleepers, and --heads {heads} with --later {} \
+             needs {}; lower --heads",
+            b.name,
+            args.later,
+            heads + args.later
+        ));
+    }
+    let size = args.sizes.iter().copied().max().unwrap_or(0);
+    if bulk && size > max {
+        return Err(format!(
+            "-o {}: a set holds at most {max} sleepers, not --sizes {size}",
+            b.name
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `run` through `lab.measure`, turning a failed run into an error.
@@ -252,13 +286,21 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     let posts = choose(&[Post::Semop, Post::SetVal], &args.post, "post")?;
     let wakers = choose(&[Waker::SetAll, Waker::Semop], &args.waker, "waker")?;
     let length = check(&args)?;
+    for b in &backends {
+        check_sleepers(
+            b,
+            &args,
+            deep_wanted(&experiments),
+            bulk_wanted(&experiments),
+        )?;
+    }
     if let Some(polls) = args.sleeper_spin {
         ksync::sem::set_sleeper_spin(polls);
         lab.set_param("sleeper_spin", polls);
     }
     lab.print(&format!("machine: {}\n", lab.machine()));
-    let deep_on = experiments.contains(&Experiment::Deep);
-    let bulk_on = experiments.contains(&Experiment::Bulk);
+    let deep_on = deep_wanted(&experiments);
+    let bulk_on = bulk_wanted(&experiments);
     if deep_on {
         lab.plan(
             (posts.len() * args.heads.len() * backends.len()) as u64,

@@ -66,6 +66,19 @@ impl<T: Send + 'static> Crew<T> {
         self.handles.len()
     }
 
+    /// Joins every thread, however long they take: for a forked child,
+    /// whose parent bounds its life (`harness::children`) and kills it
+    /// rather than leave threads behind.
+    pub fn join(self) -> Result<Vec<T>, String> {
+        self.handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| "a benchmark thread panicked".to_string())
+            })
+            .collect()
+    }
+
     /// Joins every thread if all end within `limit`; otherwise detaches
     /// them and says how many are stuck.
     pub fn join_within(self, limit: Duration) -> Result<Vec<T>, String> {

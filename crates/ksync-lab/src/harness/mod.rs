@@ -1,13 +1,16 @@
 //! What every experiment runs on, knowing nothing of locks, experiments or
 //! output: where threads run ([`affinity`]), threads that must come back
-//! within a bound ([`crew`]), clocks and busy work ([`clock`]), the futex
-//! calls the lab makes itself ([`futex`]), the machine a result came from
-//! ([`machine`]), and the process's CPU time and context switches
-//! ([`rusage`]).
+//! within a bound ([`crew`]), processes forked for a run and reaped on every
+//! path ([`children`]), memory they share with it ([`shared_mem`]), clocks
+//! and busy work ([`clock`]), the futex calls the lab makes itself
+//! ([`futex`]), the machine a result came from ([`machine`]), and the
+//! process's CPU time and context switches ([`rusage`]).
 
 pub mod affinity;
+pub mod children;
 pub mod clock;
 pub mod crew;
 pub mod futex;
 pub mod machine;
 pub mod rusage;
+pub mod shared_mem;

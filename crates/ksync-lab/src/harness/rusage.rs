@@ -38,6 +38,16 @@ impl Usage {
         }
     }
 
+    /// The usage of two processes together.
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            user: self.user + other.user,
+            system: self.system + other.system,
+            voluntary_switches: self.voluntary_switches + other.voluntary_switches,
+            involuntary_switches: self.involuntary_switches + other.involuntary_switches,
+        }
+    }
+
     /// What was used between `before` and `self`.
     pub fn since(self, before: Usage) -> Usage {
         Usage {

@@ -24,12 +24,27 @@
 //! detached rather than hanging the lab); sembench 0.3's futex mode sleeps
 //! on a futex word of the backend's rather than on `data` (the same system
 //! calls: one `FUTEX_WAKE` per post, a `FUTEX_WAIT` when nothing is posted).
+//!
+//! With `--processes P` (backends whose sets are shared between processes:
+//! the kernel's and ksync's shared sets) the workers run in `P` forked child
+//! processes, worker ranges split evenly, and the main thread stays in the
+//! parent: the same loops, on slots and flags in memory shared with the
+//! children (`harness::shared_mem`). The parent forks before any thread of
+//! the run exists; each child starts its workers, joins them once they are
+//! released, and sends their burns and its CPU usage through a pipe
+//! (`harness::children`), so the outcome has the shape of an in-process
+//! run. Children are killed and reaped on every path, and the sets belong
+//! to the parent alone: children end with `_exit` and never remove them.
 
 use crate::harness::affinity::{allowed_cpus, pin_current_thread, PinnedThread};
+use crate::harness::children::Children;
 use crate::harness::crew::{Crew, FirstError};
 use crate::harness::rusage::Usage;
+use crate::harness::shared_mem::SharedArray;
 use crate::peers::sem::{SemBackend, SemVisitor, SetCounters, WaitEvents};
 use ksync::stat::LockStatSnapshot;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +61,12 @@ pub const MAX_THREADS: usize = 32_000;
 const WORKER_STACK: usize = 64 * 1024;
 /// How long shutdown posts before it forces every worker out.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The most worker processes: half of what one of ksync's shared sets
+/// admits (`ksync::sem::shared::NPROC`), leaving room for the parent and
+/// for tools such as `ipcs` that look at the sets meanwhile.
+pub const MAX_PROCESSES: usize = ksync::sem::shared::NPROC / 2;
+/// How long forked children may take to start their workers.
+const LAUNCH_LIMIT: Duration = Duration::from_secs(10);
 
 /// One sembench run's parameters.
 #[derive(Debug, Clone)]
@@ -62,6 +83,9 @@ pub struct Config {
     pub main_cpu: Option<usize>,
     /// Untimed pause after the semaphores are created.
     pub pause: Duration,
+    /// Run the workers in this many forked child processes (process-shared
+    /// backends only); `None`: threads of this process.
+    pub processes: Option<usize>,
 }
 
 impl Config {
@@ -75,6 +99,7 @@ impl Config {
             bind_workers: true,
             main_cpu: None,
             pause: Duration::ZERO,
+            processes: None,
         }
     }
 
@@ -96,6 +121,15 @@ impl Config {
                 "-r needs a run time in (0, 3600] seconds, not {}",
                 self.run.as_secs_f64()
             ));
+        }
+        if let Some(p) = self.processes {
+            if p == 0 || p > MAX_PROCESSES || p > self.threads {
+                return Err(format!(
+                    "--processes needs 1 to {MAX_PROCESSES} worker processes, at most one per \
+                     worker thread (-t {}), not {p}",
+                    self.threads
+                ));
+            }
         }
         if self.pause > Duration::from_secs(600) {
             return Err("--pause is at most 600 seconds".into());
@@ -144,6 +178,9 @@ pub struct Outcome {
     pub lock_stats: Option<LockStatSnapshot>,
     /// Workers that could not be bound to their CPU.
     pub unbound: usize,
+    /// The worker processes, if the workers ran in forked children; their
+    /// CPU time and switches (`usage`) then cover their whole lives.
+    pub processes: Option<usize>,
 }
 
 impl Outcome {
@@ -184,32 +221,59 @@ struct Slot {
     ready: AtomicU32,
 }
 
-struct Shared<B> {
-    sets: Vec<B>,
-    slots: Vec<Slot>,
+/// The run's state every worker and the main thread see, in whichever
+/// process they run: in memory shared with forked children.
+#[derive(Default)]
+struct Flags {
     all_done: AtomicBool,
     started: AtomicUsize,
     exited: AtomicUsize,
     unbound: AtomicUsize,
+    /// Workers started by child processes, all of them together.
+    spawned: AtomicUsize,
+    /// Child processes that have started all their workers (or given up).
+    launched: AtomicUsize,
+    /// Some process's `failure` holds an error: every loop stops.
+    failed: AtomicBool,
+}
+
+struct Shared<B> {
+    /// Each process's copy names the same sets when `B::PROCESS_SHARED`;
+    /// only the parent's copy is ever dropped (which removes them).
+    sets: Vec<B>,
+    slots: SharedArray<Slot>,
+    flags: SharedArray<Flags>,
+    /// This process's first error (a child sends its own to the parent).
     failure: FirstError,
     cpus: Vec<usize>,
     bind: bool,
 }
 
 impl<B: SemBackend> Shared<B> {
+    fn flags(&self) -> &Flags {
+        &self.flags[0]
+    }
+
     fn fail(&self, message: String) {
         self.failure.set(message);
+        // Pairs with the acquire load in `failed`.
+        self.flags().failed.store(true, Ordering::Release);
+    }
+
+    /// Whether any process of the run has failed.
+    fn failed(&self) -> bool {
+        self.flags().failed.load(Ordering::Acquire)
     }
 
     fn worker(&self, i: usize) -> u64 {
         if self.bind {
             if let Some(&cpu) = self.cpus.get(i % self.cpus.len().max(1)) {
                 if !pin_current_thread(cpu) {
-                    self.unbound.fetch_add(1, Ordering::Relaxed);
+                    self.flags().unbound.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        self.started.fetch_add(1, Ordering::Release);
+        self.flags().started.fetch_add(1, Ordering::Release);
         let slot = &self.slots[i];
         let wait = B::op(slot.index as u16, -1, false);
         let mut burns = 0u64;
@@ -220,7 +284,7 @@ impl<B: SemBackend> Shared<B> {
             // Pairs with the acquire load of `ready` in `wake_pass`.
             slot.ready.store(1, Ordering::Release);
             if let Err(e) = self.sets[slot.array as usize].semop(&[wait]) {
-                if !self.all_done.load(Ordering::Acquire) {
+                if !self.flags().all_done.load(Ordering::Acquire) {
                     self.fail(format!("worker {i}: {e}"));
                 }
                 break;
@@ -228,17 +292,17 @@ impl<B: SemBackend> Shared<B> {
             // The post came after the main thread cleared `data` (its fence
             // in `wake_pass`, then the backend's own ordering).
             if slot.data.load(Ordering::Acquire) != 0 {
-                if !self.all_done.load(Ordering::Acquire) {
+                if !self.flags().all_done.load(Ordering::Acquire) {
                     self.fail(format!("worker {i} woke but its data word was not cleared"));
                 }
                 break;
             }
-            if self.all_done.load(Ordering::Acquire) {
+            if self.flags().all_done.load(Ordering::Acquire) {
                 break;
             }
             burns += 1;
         }
-        self.exited.fetch_add(1, Ordering::AcqRel);
+        self.flags().exited.fetch_add(1, Ordering::AcqRel);
         burns
     }
 
@@ -320,6 +384,13 @@ impl<B: SemBackend> Shared<B> {
 /// (also on error).
 pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     config.validate()?;
+    if config.processes.is_some() && !B::PROCESS_SHARED {
+        return Err(
+            "--processes needs a backend whose sets are shared between processes \
+             (sysv, ksync-shared)"
+                .into(),
+        );
+    }
     B::check_batch(config.wake.min(CHUNK))?;
     // On an error the sets made so far drop and are removed.
     let sets = (0..config.arrays())
@@ -328,18 +399,13 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     std::thread::sleep(config.pause);
     let shared = Arc::new(Shared {
         sets,
-        slots: (0..config.threads)
-            .map(|i| Slot {
-                array: (i / SEMS_PER_ARRAY) as u32,
-                index: (i % SEMS_PER_ARRAY) as u32,
-                data: AtomicU32::new(0),
-                ready: AtomicU32::new(0),
-            })
-            .collect(),
-        all_done: AtomicBool::new(false),
-        started: AtomicUsize::new(0),
-        exited: AtomicUsize::new(0),
-        unbound: AtomicUsize::new(0),
+        slots: SharedArray::new(config.threads, |i| Slot {
+            array: (i / SEMS_PER_ARRAY) as u32,
+            index: (i % SEMS_PER_ARRAY) as u32,
+            data: AtomicU32::new(0),
+            ready: AtomicU32::new(0),
+        })?,
+        flags: SharedArray::new(1, |_| Flags::default())?,
         failure: FirstError::default(),
         cpus: allowed_cpus(),
         bind: config.bind_workers,
@@ -348,19 +414,16 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     let mut last = config.threads - 1;
     let mut main_burns = 0u64;
     let mut post_calls = 0u64;
-    let mut workers = Crew::new();
-    for i in 0..config.threads {
-        let worker = Arc::clone(&shared);
-        if let Err(e) = workers.spawn(format!("sembench-{i}"), WORKER_STACK, move || {
-            worker.worker(i)
-        }) {
-            shared.fail(e);
-            break;
-        }
-    }
+    let workers = match config.processes {
+        None => Workers::threads(&shared, config.threads),
+        Some(p) => Workers::processes(&shared, config.threads, p),
+    };
     // sembench waits until one worker has started, then starts the clock.
     let started_by = Instant::now() + Duration::from_secs(10);
-    while shared.started.load(Ordering::Acquire) == 0 && Instant::now() < started_by {
+    while shared.flags().started.load(Ordering::Acquire) == 0
+        && !shared.failed()
+        && Instant::now() < started_by
+    {
         std::thread::sleep(Duration::from_micros(200));
     }
     let pinned_main = config.main_cpu.and_then(PinnedThread::pin);
@@ -369,7 +432,7 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     shared.sets.iter().for_each(B::reset_lock_stats);
     let usage_before = Usage::now();
     let start = Instant::now();
-    while !shared.failure.is_set() {
+    while !shared.failed() {
         match shared.wake_pass(config.wake, &mut last, &mut per_array) {
             Ok(calls) => post_calls += calls,
             Err(e) => shared.fail(format!("main thread: {e}")),
@@ -389,20 +452,9 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     let counters = shared.counters().zip(before).map(|(a, b)| a.since(b));
     let events = shared.events().zip(events_before).map(|(a, b)| a.since(b));
     drop(pinned_main);
-    shutdown(
-        &shared,
-        config.wake,
-        &mut last,
-        &mut per_array,
-        workers.len(),
-    );
-    let worker_burns = match workers.join_within(Duration::from_secs(1)) {
-        Ok(burns) => burns,
-        Err(e) => {
-            shared.fail(e);
-            Vec::new()
-        }
-    };
+    let spawned = workers.spawned(&shared);
+    shutdown(&shared, config.wake, &mut last, &mut per_array, spawned);
+    let (worker_burns, children_usage) = workers.finish(&shared);
     if let Some(message) = shared.failure.take() {
         return Err(message);
     }
@@ -416,10 +468,196 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         post_calls,
         counters,
         events,
-        usage,
+        usage: usage.plus(children_usage),
         lock_stats,
-        unbound: shared.unbound.load(Ordering::Relaxed),
+        unbound: shared.flags().unbound.load(Ordering::Relaxed),
+        processes: config.processes,
     })
+}
+
+/// Where the workers run: threads of this process, or threads of forked
+/// child processes, worker `i` in the child whose range holds `i`.
+enum Workers {
+    Threads(Crew<u64>),
+    Processes {
+        children: Children,
+        ranges: Vec<Range<usize>>,
+    },
+}
+
+/// What a child process sends back: its workers' burns, in worker order,
+/// its first error, and its CPU usage over its life.
+#[derive(Debug, Serialize, Deserialize)]
+struct ChildReport {
+    burns: Vec<u64>,
+    error: Option<String>,
+    user_us: u64,
+    system_us: u64,
+    voluntary_switches: u64,
+    involuntary_switches: u64,
+}
+
+impl Workers {
+    /// `threads` worker threads here; a failure to start one fails the run.
+    fn threads<B: SemBackend>(shared: &Arc<Shared<B>>, threads: usize) -> Workers {
+        Workers::Threads(spawn_workers(shared, 0..threads))
+    }
+
+    /// `threads` workers over `processes` forked children; returns once
+    /// every child has started its workers (or the run has failed).
+    fn processes<B: SemBackend>(
+        shared: &Arc<Shared<B>>,
+        threads: usize,
+        processes: usize,
+    ) -> Workers {
+        let ranges: Vec<Range<usize>> = (0..processes)
+            .map(|c| c * threads / processes..(c + 1) * threads / processes)
+            .collect();
+        let mut children = Children::new();
+        for range in &ranges {
+            let range = range.clone();
+            // SAFETY: no thread of this run exists yet, and the child takes
+            // no lock of the lab's other threads (the progress bar's ticker
+            // at most): it starts threads, makes the backend's semop calls,
+            // and writes its report into a pipe (`child_main`).
+            let forked = unsafe { children.fork(|| child_main(shared, range)) };
+            if let Err(e) = forked {
+                shared.fail(e);
+                break;
+            }
+        }
+        let deadline = Instant::now() + LAUNCH_LIMIT;
+        while shared.flags().launched.load(Ordering::Acquire) < children.len() {
+            if let Err(e) = children.check_alive() {
+                shared.fail(format!("{e} before its workers started"));
+                break;
+            }
+            if Instant::now() > deadline {
+                shared.fail(format!(
+                    "worker processes had not started their workers after {} s",
+                    LAUNCH_LIMIT.as_secs()
+                ));
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Workers::Processes { children, ranges }
+    }
+
+    /// Workers started, in every process.
+    fn spawned<B: SemBackend>(&self, shared: &Shared<B>) -> usize {
+        match self {
+            Workers::Threads(crew) => crew.len(),
+            Workers::Processes { .. } => shared.flags().spawned.load(Ordering::Acquire),
+        }
+    }
+
+    /// Every worker's burns, in worker order, and the children's CPU usage;
+    /// a failure goes to `shared` (and the burns may then be short).
+    fn finish<B: SemBackend>(self, shared: &Shared<B>) -> (Vec<u64>, Usage) {
+        match self {
+            Workers::Threads(crew) => match crew.join_within(Duration::from_secs(1)) {
+                Ok(burns) => (burns, Usage::default()),
+                Err(e) => {
+                    shared.fail(e);
+                    (Vec::new(), Usage::default())
+                }
+            },
+            Workers::Processes { children, ranges } => {
+                let reports = match children.collect(SHUTDOWN_GRACE) {
+                    Ok(reports) => reports,
+                    Err(e) => {
+                        shared.fail(e);
+                        return (Vec::new(), Usage::default());
+                    }
+                };
+                let mut burns = Vec::with_capacity(ranges.iter().map(|r| r.len()).sum());
+                let mut usage = Usage::default();
+                for (bytes, range) in reports.iter().zip(&ranges) {
+                    let report: ChildReport = match serde_json::from_slice(bytes) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            shared.fail(format!("workers {range:?}: unreadable report: {e}"));
+                            continue;
+                        }
+                    };
+                    if let Some(e) = report.error {
+                        shared.fail(e);
+                    } else if report.burns.len() != range.len() {
+                        shared.fail(format!(
+                            "workers {range:?}: {} burn counts for {} workers",
+                            report.burns.len(),
+                            range.len()
+                        ));
+                    }
+                    burns.extend(report.burns);
+                    usage = usage.plus(Usage {
+                        user: Duration::from_micros(report.user_us),
+                        system: Duration::from_micros(report.system_us),
+                        voluntary_switches: report.voluntary_switches,
+                        involuntary_switches: report.involuntary_switches,
+                    });
+                }
+                (burns, usage)
+            }
+        }
+    }
+}
+
+/// Starts workers `range` as threads of this process; a failure to start
+/// one fails the run, and the crew holds those started.
+fn spawn_workers<B: SemBackend>(shared: &Arc<Shared<B>>, range: Range<usize>) -> Crew<u64> {
+    let mut crew = Crew::new();
+    for i in range {
+        let worker = Arc::clone(shared);
+        if let Err(e) = crew.spawn(format!("sembench-{i}"), WORKER_STACK, move || {
+            worker.worker(i)
+        }) {
+            shared.fail(e);
+            break;
+        }
+    }
+    crew
+}
+
+/// A worker process: starts workers `range`, says so, waits until they
+/// have all left (the parent releases them, or kills this process), and
+/// returns its report for the parent.
+fn child_main<B: SemBackend>(shared: &Arc<Shared<B>>, range: Range<usize>) -> Vec<u8> {
+    // Before the workers exist: see `SemBackend::attach`.
+    let attached = shared.sets.iter().try_for_each(B::attach);
+    let crew = match attached {
+        Ok(()) => spawn_workers(shared, range.clone()),
+        Err(e) => {
+            shared.fail(e);
+            Crew::new()
+        }
+    };
+    let flags = shared.flags();
+    flags.spawned.fetch_add(crew.len(), Ordering::AcqRel);
+    // Release: the parent that sees every child launched sees every spawn.
+    flags.launched.fetch_add(1, Ordering::Release);
+    let joined = crew.join();
+    let usage = Usage::now();
+    let (burns, joined_error) = match joined {
+        Ok(burns) => (burns, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let report = ChildReport {
+        burns,
+        error: shared.failure.take().or(joined_error).map(|e| {
+            format!(
+                "worker process {} (workers {range:?}): {e}",
+                std::process::id()
+            )
+        }),
+        user_us: usage.user.as_micros() as u64,
+        system_us: usage.system.as_micros() as u64,
+        voluntary_switches: usage.voluntary_switches,
+        involuntary_switches: usage.involuntary_switches,
+    };
+    // A report of numbers and strings always serialises.
+    serde_json::to_vec(&report).unwrap_or_default()
 }
 
 /// Sets `all_done` and keeps posting ready workers, 200 µs apart, until all
@@ -433,13 +671,14 @@ fn shutdown<B: SemBackend>(
     per_array: &mut [Vec<u32>],
     spawned: usize,
 ) {
-    shared.all_done.store(true, Ordering::SeqCst);
+    let flags = shared.flags();
+    flags.all_done.store(true, Ordering::SeqCst);
     let begun = Instant::now();
     let mut forced_at: Option<Instant> = None;
-    while shared.exited.load(Ordering::Acquire) < spawned {
+    while flags.exited.load(Ordering::Acquire) < spawned {
         // Errors here only mean a forced release already tore the backend down.
         let _ = shared.wake_pass(wake.max(CHUNK), last, per_array);
-        if shared.exited.load(Ordering::Acquire) >= spawned {
+        if flags.exited.load(Ordering::Acquire) >= spawned {
             break;
         }
         if begun.elapsed() > SHUTDOWN_GRACE
@@ -448,7 +687,7 @@ fn shutdown<B: SemBackend>(
             if forced_at.is_none() {
                 shared.fail(format!(
                     "shutdown: {} of {spawned} workers still running after {} s; forced them out",
-                    spawned - shared.exited.load(Ordering::Acquire),
+                    spawned - flags.exited.load(Ordering::Acquire),
                     SHUTDOWN_GRACE.as_secs()
                 ));
             }
@@ -476,7 +715,7 @@ impl SemVisitor for Sembench<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::sem::{FutexBatch, FutexChain, FutexSems, PosixSems};
+    use crate::peers::sem::{FutexBatch, FutexChain, FutexSems, PosixSems, SysvSet};
 
     fn small() -> Config {
         Config {
@@ -486,6 +725,7 @@ mod tests {
             bind_workers: false,
             main_cpu: None,
             pause: Duration::ZERO,
+            processes: None,
         }
     }
 
@@ -497,11 +737,40 @@ mod tests {
             run::<FutexBatch>(&small()),
             run::<PosixSems>(&small()),
             run::<ksync::sem::SemSet>(&small()),
+            run::<crate::peers::sem::KsyncShared>(&small()),
         ] {
             let o = outcome.unwrap();
             assert_eq!(o.worker_burns.len(), 6);
             assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
             assert!(o.post_calls > 0, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn workers_in_child_processes_report_their_burns() {
+        // The kernel's sets only: the test harness runs other tests'
+        // threads beside this one, and a child forked while one of them
+        // holds a lock of ksync's shared sets would inherit it held (the
+        // CLI tests run ksync-shared this way, from a one-thread process).
+        let o = run::<SysvSet>(&Config {
+            processes: Some(2),
+            ..small()
+        })
+        .unwrap();
+        assert_eq!(o.worker_burns.len(), 6);
+        assert_eq!(o.processes, Some(2));
+        assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
+        let refused = run::<FutexSems>(&Config {
+            processes: Some(2),
+            ..small()
+        });
+        assert!(refused.unwrap_err().contains("--processes needs"));
+        for processes in [0, 7, MAX_PROCESSES + 1] {
+            let config = Config {
+                processes: Some(processes),
+                ..small()
+            };
+            assert!(config.validate().is_err(), "{processes}");
         }
     }
 

@@ -73,7 +73,7 @@ impl SemVisitor for PairCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::sem::{PosixSems, SysvSet};
+    use crate::peers::sem::{KsyncShared, PosixSems, SysvSet};
 
     #[test]
     fn every_backend_measures_a_finite_cost() {
@@ -83,6 +83,8 @@ mod tests {
             pair_ns::<PosixSems>(1, 100, 1),
             pair_ns::<ksync::sem::SemSet>(2, 100, 1),
             pair_ns::<SysvSet>(2, 100, 1),
+            pair_ns::<KsyncShared>(1, 100, 1),
+            pair_ns::<KsyncShared>(2, 100, 1),
         ] {
             let ns = ns.unwrap();
             assert!(ns.is_finite() && ns > 0.0, "{ns}");

@@ -17,6 +17,17 @@ pub fn lab(args: &[&str]) -> Output {
         .expect("run ksync-lab")
 }
 
+/// [`lab`] with ksync's shared semaphore sets in `sem_dir`
+/// (`$KSYNC_SEM_DIR`), so that a test sees only the sets it made.
+pub fn lab_in(sem_dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ksync-lab"))
+        .args(args)
+        .env("KSYNC_LAB_RESULTS", scratch("results"))
+        .env("KSYNC_SEM_DIR", sem_dir)
+        .output()
+        .expect("run ksync-lab")
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -20,12 +20,14 @@ use std::fmt;
 mod futex;
 mod futex_batch;
 mod ksync_sem;
+mod ksync_shared;
 mod posix;
 pub mod registry;
 mod sysv;
 
 pub use futex::{FutexChain, FutexSems};
 pub use futex_batch::FutexBatch;
+pub use ksync_shared::KsyncShared;
 pub use posix::PosixSems;
 pub use sysv::SysvSet;
 
@@ -43,6 +45,12 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     /// [`remove`](Self::remove) that fails every present and future
     /// operation with [`SemError::Removed`].
     const SYSV: bool;
+
+    /// Whether the set lives outside the process, so that a child forked
+    /// after [`create`](Self::create) operates on the very same set through
+    /// its copy of the value (the kernel's sets, ksync's shared sets): what
+    /// sembench's `--processes` needs.
+    const PROCESS_SHARED: bool = false;
 
     /// One operation in the backend's own form (`sembuf`, `SemBuf`), built
     /// before a measured loop so that the loop times the call alone.
@@ -71,6 +79,20 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
     fn check_batch(n: usize) -> Result<(), String> {
         let _ = n;
         Ok(())
+    }
+
+    /// Readies this process to use the set, once, before any of its
+    /// threads do: a process forked after [`create`](Self::create) calls it
+    /// from its one thread, before it starts others (sembench's
+    /// `--processes`).
+    fn attach(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The most threads that may sleep in one set at once, for a backend
+    /// whose set has a fixed table of sleepers (`None`: no limit of its own).
+    fn max_sleepers() -> Option<usize> {
+        None
     }
 
     /// Removes the set and wakes every sleeper. With [`SYSV`](Self::SYSV)
@@ -126,7 +148,7 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
 }
 
 fn not_sysv(call: &str) -> String {
-    format!("{call} needs a backend with System V semantics (sysv, ksync-sem)")
+    format!("{call} needs a backend with System V semantics (sysv, ksync-sem, ksync-shared)")
 }
 
 /// The most semaphores a backend without a set of its own holds: as many
@@ -302,6 +324,7 @@ mod tests {
     fn the_kernel_and_ksync_agree_on_sysv_semantics() {
         has_sysv_semantics::<SysvSet>();
         has_sysv_semantics::<ksync::sem::SemSet>();
+        has_sysv_semantics::<KsyncShared>();
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! JSON use the name; the command line also takes the aliases, among them
 //! sembench's own `-o 0` (System V) and `-o 2` (futex).
 
-use super::{FutexBatch, FutexChain, FutexSems, PosixSems, SemBackend, SemVisitor, SysvSet};
+use super::{
+    FutexBatch, FutexChain, FutexSems, KsyncShared, PosixSems, SemBackend, SemVisitor, SysvSet,
+};
 use crate::peers::names;
 use crate::peers::registry::{registry, Entry, Info, Origin::*};
 
@@ -24,6 +26,13 @@ registry! {
             "ksync::sem::SemSet: System V semantics in user space",
         )
         .aliases(&["ksync"]),
+        KsyncShared(KsyncShared) = Info::new(
+            "ksync-shared",
+            Ksync,
+            "ksync::sem::SharedSemSet: System V semantics shared between processes, in a file",
+        )
+        .aliases(&["shared"])
+        .variant(),
         Futex(FutexSems) = Info::new(
             "futex",
             Peer,
@@ -58,11 +67,42 @@ impl SemVisitor for HasSysv {
     }
 }
 
+/// Whether the backend's sets are shared between processes ([`SemBackend::PROCESS_SHARED`]).
+struct IsProcessShared;
+
+impl SemVisitor for IsProcessShared {
+    type Out = bool;
+    fn visit<B: SemBackend>(self) -> bool {
+        B::PROCESS_SHARED
+    }
+}
+
+/// The most sleepers one of the backend's sets holds ([`SemBackend::max_sleepers`]).
+struct MaxSleepers;
+
+impl SemVisitor for MaxSleepers {
+    type Out = Option<usize>;
+    fn visit<B: SemBackend>(self) -> Option<usize> {
+        B::max_sleepers()
+    }
+}
+
 impl SemEntry {
     /// Whether the backend has System V semantics in full: only those run
     /// `wake` and the multi-semaphore `semop` cases.
     pub fn has_sysv_semantics(&self) -> bool {
         self.dispatch(HasSysv)
+    }
+
+    /// Whether a forked child operates on the parent's sets: only those
+    /// run sembench's `--processes`.
+    pub fn is_process_shared(&self) -> bool {
+        self.dispatch(IsProcessShared)
+    }
+
+    /// The most sleepers one set holds, where the backend has a limit.
+    pub fn max_sleepers(&self) -> Option<usize> {
+        self.dispatch(MaxSleepers)
     }
 }
 
@@ -110,7 +150,14 @@ mod tests {
             .filter(|e| e.has_sysv_semantics())
             .map(|e| e.name)
             .collect();
-        assert_eq!(sets, ["sysv", "ksync-sem"]);
+        assert_eq!(sets, ["sysv", "ksync-sem", "ksync-shared"]);
+        let shared: Vec<&str> = SEM_BACKENDS
+            .iter()
+            .filter(|e| e.is_process_shared())
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(shared, ["sysv", "ksync-shared"]);
+        assert_eq!(by_name("shared").unwrap().name, "ksync-shared");
         let core: Vec<&str> = core().iter().map(|e| e.name).collect();
         assert_eq!(core, ["sysv", "ksync-sem", "futex"]);
     }

@@ -61,6 +61,8 @@ impl SysvSet {
 
 impl SemBackend for SysvSet {
     const SYSV: bool = true;
+    // An id names the set in every process.
+    const PROCESS_SHARED: bool = true;
     type Op = libc::sembuf;
 
     fn create(nsems: usize) -> Result<SysvSet, String> {

@@ -12,9 +12,9 @@ pub(super) const VERSION: u32 = 1;
 
 /// Processes that may use one set at the same time (each holds a slot while
 /// it has undo adjustments, sleepers, or the set's lock).
-pub(super) const NPROC: usize = 128;
+pub const NPROC: usize = 128;
 /// Threads that may sleep in one set at the same time, over all processes.
-pub(super) const NSLEEP: usize = 1024;
+pub const NSLEEP: usize = 1024;
 
 /// The header's words.
 pub(super) mod header {

@@ -59,8 +59,8 @@
 //! * `exec` closes the set's descriptors (they are close-on-exec), which
 //!   releases the process's slot, so its undo adjustments are applied at
 //!   `exec`; the kernel keeps them across `exec`.
-//! * At most `NPROC` processes (128) may hold a slot in one set
-//!   and `NSLEEP` threads (1024) sleep in it at once: `ENOSPC`.
+//! * At most [`NPROC`] processes (128) may hold a slot in one set
+//!   and [`NSLEEP`] threads (1024) sleep in it at once: `ENOSPC`.
 //! * A file truncated by a process with write access while others have it
 //!   mapped makes their next access fault (`SIGBUS`), as with any shared
 //!   mapping; the file system's permissions are what keep others out.
@@ -76,6 +76,7 @@ mod procs;
 mod set;
 
 pub use dir::{sem_dir, set_ids, SEMMNI};
+pub use layout::{NPROC, NSLEEP};
 pub use set::{
     RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
 };
