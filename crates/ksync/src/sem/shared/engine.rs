@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::eval::{adjustment, adjustment_word, evaluate, value, Eval, Outcome};
+use super::eval::{adjustment, adjustment_word, evaluate, evaluate_into, value, Eval, Outcome};
 use super::journal::{roll_back, Tx};
 use super::layout::{
     header, proc_slot, sem_word, sleeper, split_owner, NPROC, NSLEEP, READY, SLEEPER_DONE,
@@ -102,7 +102,8 @@ impl<'a> Locked<'a> {
             tx.commit();
             touch_otime(self.map);
             if sops.iter().any(|s| s.op != 0) {
-                self.update_queue();
+                let nums: Vec<usize> = sops.iter().map(|s| usize::from(s.num)).collect();
+                self.update_queue(Some(&nums));
             }
         }
         eval.outcome
@@ -162,25 +163,31 @@ impl<'a> Locked<'a> {
 
     /// A queued sleeper's operations, checked against the layout.
     fn sleeper_ops(&self, slot: usize) -> Result<Vec<SemBuf>, SemError> {
+        let mut ops = Vec::new();
+        self.read_sleeper_ops(slot, &mut ops)?;
+        Ok(ops)
+    }
+
+    /// [`sleeper_ops`](Self::sleeper_ops) into a buffer the caller reuses.
+    fn read_sleeper_ops(&self, slot: usize, ops: &mut Vec<SemBuf>) -> Result<(), SemError> {
         let layout = self.layout();
+        ops.clear();
         let nsops = self.map.load(layout.sleeper(slot, sleeper::NSOPS)) as usize;
         if nsops == 0 || nsops > SEMOPM {
             return Err(SemError::Invalid);
         }
-        (0..nsops)
-            .map(|i| {
-                let packed = self.map.load(layout.sleeper(slot, sleeper::OPS + 2 * i));
-                let flags = self
-                    .map
-                    .load(layout.sleeper(slot, sleeper::OPS + 2 * i + 1));
-                let sop = SemBuf::new(packed as u16, (packed >> 16) as u16 as i16, flags as i16);
-                if usize::from(sop.num) < layout.nsems {
-                    Ok(sop)
-                } else {
-                    Err(SemError::Invalid)
-                }
-            })
-            .collect()
+        for i in 0..nsops {
+            let packed = self.map.load(layout.sleeper(slot, sleeper::OPS + 2 * i));
+            let flags = self
+                .map
+                .load(layout.sleeper(slot, sleeper::OPS + 2 * i + 1));
+            let sop = SemBuf::new(packed as u16, (packed >> 16) as u16 as i16, flags as i16);
+            if usize::from(sop.num) >= layout.nsems {
+                return Err(SemError::Invalid);
+            }
+            ops.push(sop);
+        }
+        Ok(())
     }
 
     /// The queue in order, checked: every link names a slot, and there are
@@ -234,27 +241,43 @@ impl<'a> Locked<'a> {
 
     /// Completes every queued sleeper whose operations can now be performed
     /// (or now fail), in queue order, the waker performing each for its
-    /// sleeper (Chen, 2003). The walk goes back to the head only when a
-    /// completion could have enabled a sleeper it already passed: an
-    /// increment, when one was passed, or a value brought to zero, when a
-    /// passed sleeper waits for zero.
-    pub(super) fn update_queue(&mut self) {
+    /// sleeper (Chen, 2003). Only sleepers that name a semaphore in
+    /// `changed` (`None`: any) are evaluated, and each completion adds its
+    /// own semaphores; the rest cannot have become runnable (Spraul, 2010:
+    /// look only at the sleepers of what changed). The walk goes back to the
+    /// head only when a completion could have enabled a sleeper it already
+    /// passed: an increment, when one was passed, or a value brought to
+    /// zero, when a passed sleeper waits for zero.
+    pub(super) fn update_queue(&mut self, changed: Option<&[usize]>) {
         let Ok(mut queue) = self.queue() else { return };
+        let nsems = self.layout().nsems;
+        let mut dirty = vec![changed.is_none() as u64 * u64::MAX; nsems.div_ceil(64)];
+        let mark = |dirty: &mut Vec<u64>, num: usize| dirty[num / 64] |= 1 << (num % 64);
+        for &num in changed.unwrap_or(&[]) {
+            mark(&mut dirty, num);
+        }
+        let mut ops = Vec::new();
+        let mut eval = Eval::default();
         let mut i = 0;
         let (mut passed, mut passed_zero) = (false, false);
         while i < queue.len() {
             let slot = queue[i];
-            let Ok(ops) = self.sleeper_ops(slot) else {
-                i += 1;
-                continue;
-            };
-            let (owner, _) =
-                split_owner(self.map.load(self.layout().sleeper(slot, sleeper::OWNER)));
-            if owner >= NPROC {
+            if self.read_sleeper_ops(slot, &mut ops).is_err() {
                 i += 1;
                 continue;
             }
-            let eval = evaluate(self.map, &ops, owner);
+            let (owner, _) =
+                split_owner(self.map.load(self.layout().sleeper(slot, sleeper::OWNER)));
+            let touched = ops
+                .iter()
+                .any(|s| dirty[usize::from(s.num) / 64] & (1 << (s.num % 64)) != 0);
+            if owner >= NPROC || !touched {
+                passed = true;
+                passed_zero |= ops.iter().any(|s| s.op == 0);
+                i += 1;
+                continue;
+            }
+            evaluate_into(self.map, &ops, owner, &mut eval);
             let mut tx = Tx::begin(self.map);
             let restart = match eval.outcome {
                 Outcome::Blocked(at) => {
@@ -276,6 +299,9 @@ impl<'a> Locked<'a> {
                     self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
                     tx.commit();
                     touch_otime(self.map);
+                    for sop in ops.iter().filter(|s| s.op != 0) {
+                        mark(&mut dirty, usize::from(sop.num));
+                    }
                     (passed && ops.iter().any(|s| s.op > 0))
                         || (passed_zero && eval.values.iter().any(|&(_, v)| v == 0))
                 }
@@ -347,7 +373,8 @@ impl<'a> Locked<'a> {
         }
         tx.write(header::CTIME, now_secs() as u32);
         tx.commit();
-        self.update_queue();
+        let nums: Vec<usize> = values.iter().map(|&(num, _)| num).collect();
+        self.update_queue(Some(&nums));
     }
 
     /// `IPC_SET`'s change of owner and mode; handles recompute their rights.
@@ -360,12 +387,6 @@ impl<'a> Locked<'a> {
         let gen = self.map.load(header::PERM_GEN);
         tx.write(header::PERM_GEN, gen.wrapping_add(1));
         tx.commit();
-    }
-
-    /// Publishes sleeper `slot`'s committed result again: its waker died
-    /// between the commit and the status store.
-    pub(super) fn republish(&mut self, slot: usize) {
-        self.woken.push(slot);
     }
 
     /// Sleepers counted by `GETNCNT` (`zero` false) or `GETZCNT` for `num`:
@@ -389,7 +410,9 @@ impl<'a> Locked<'a> {
     /// Adopts what dead processes left: their queued sleepers leave the
     /// queue and their undo adjustments are applied, as the kernel does at
     /// exit (each value clamped to `0..=SEMVMX`); then the sleepers this
-    /// enables are completed. Returns whether anything was found.
+    /// enables are completed. Returns whether a dead process was found.
+    /// Costs a `fcntl` per other live process: callers on hot paths use
+    /// [`reap_if_due`](Self::reap_if_due).
     pub(super) fn reap(&mut self) -> bool {
         let layout = *self.layout();
         let mut found = false;
@@ -406,11 +429,52 @@ impl<'a> Locked<'a> {
             found = true;
         }
         drop(registry);
-        found |= self.drop_orphan_sleepers();
+        self.map
+            .word(header::LAST_REAP)
+            .store(coarse_ms(), Ordering::Relaxed);
         if found {
-            self.update_queue();
+            self.update_queue(None);
         }
         found
+    }
+
+    /// [`reap`](Self::reap), unless some process looked less than
+    /// [`REAP_EVERY_MS`] ago: a call about to block or fail with `EAGAIN`
+    /// looks for dead processes whose undo would let it proceed, without
+    /// paying for the search on every call when nobody dies.
+    pub(super) fn reap_if_due(&mut self) -> bool {
+        let last = self.map.load(header::LAST_REAP);
+        coarse_ms().wrapping_sub(last) >= REAP_EVERY_MS && self.reap()
+    }
+
+    /// The periodic safety net, run by one sleeper per poll period
+    /// ([`sweep_due`]): adopts dead processes' leftovers, frees sleeper slots
+    /// whose owner's process slot is no longer theirs (left by a process
+    /// that died while its slot was being adopted), fails every sleeper with
+    /// `EIDRM` if a remover died half way, completes what a waker that died
+    /// after its commit left queued, and publishes results a dead waker
+    /// committed but never published.
+    pub(super) fn sweep(&mut self) -> Result<(), SemError> {
+        self.map
+            .word(header::LAST_SWEEP)
+            .store(coarse_ms(), Ordering::Relaxed);
+        self.reap();
+        self.drop_orphan_sleepers();
+        if self.removed() {
+            self.fail_all()?;
+        }
+        self.update_queue(None);
+        let layout = *self.layout();
+        for slot in 0..NSLEEP {
+            // Under the lock, a live waker has published what it committed.
+            if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_DONE
+                && self.map.load(layout.sleeper(slot, sleeper::STATUS)) != READY
+                && !self.woken.contains(&slot)
+            {
+                self.woken.push(slot);
+            }
+        }
+        Ok(())
     }
 
     /// Takes process slot `slot`'s leftovers (its owner is dead): its
@@ -446,7 +510,7 @@ impl<'a> Locked<'a> {
 
     /// Drops queued sleepers whose process no longer holds its slot (its
     /// slot was freed, or taken by a later process).
-    fn drop_orphan_sleepers(&mut self) -> bool {
+    fn drop_orphan_sleepers(&mut self) {
         let layout = *self.layout();
         let map = Arc::clone(self.map);
         let dead = move |owner_slot: usize, gen: u32| {
@@ -454,7 +518,6 @@ impl<'a> Locked<'a> {
                 || map.load(layout.proc(owner_slot, proc_slot::GEN)) & super::layout::GEN_MASK
                     != gen
         };
-        let mut found = false;
         for slot in 0..NSLEEP {
             let state = self.map.load(layout.sleeper(slot, sleeper::STATE));
             if state == SLEEPER_FREE {
@@ -464,10 +527,8 @@ impl<'a> Locked<'a> {
             if owner < NPROC && !dead(owner, gen) {
                 continue;
             }
-            found = true;
             self.drop_sleeper(slot);
         }
-        found
     }
 
     fn drop_sleepers_of(&mut self, owner_is: impl Fn(usize) -> bool) {
@@ -542,6 +603,25 @@ impl Drop for Locked<'_> {
             wake_shared(self.map.word(layout.sleeper(slot, sleeper::STATUS)), 1);
         }
     }
+}
+
+/// Whether `period` has passed since the set's last [`Locked::sweep`].
+pub(super) fn sweep_due(map: &Mapping, period: std::time::Duration) -> bool {
+    let last = map.load(header::LAST_SWEEP);
+    u128::from(coarse_ms().wrapping_sub(last)) >= period.as_millis()
+}
+
+/// How often the blocking path searches for dead processes, at most.
+const REAP_EVERY_MS: u32 = 10;
+
+/// A coarse monotonic clock in milliseconds, the same in every process
+/// (wrapping; only differences are used).
+fn coarse_ms() -> u32 {
+    // SAFETY: plain old data; clock_gettime fills it (from the vDSO).
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000) as u32
 }
 
 /// Counts a recovery event (statistics only: not journalled, never trusted).

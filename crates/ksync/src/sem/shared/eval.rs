@@ -23,6 +23,7 @@ pub(super) enum Outcome {
 }
 
 /// The result of [`evaluate`]: the outcome and, when done, what to write.
+#[derive(Debug)]
 pub(super) struct Eval {
     pub(super) outcome: Outcome,
     /// `(num, new value)` for each semaphore the operations name.
@@ -54,17 +55,44 @@ pub(super) fn adjustment_word(map: &Mapping, num: usize, adj: i32) -> u32 {
     (gen << 16) | u32::from(adj as i16 as u16)
 }
 
+impl Default for Eval {
+    fn default() -> Eval {
+        Eval {
+            outcome: Outcome::Done,
+            values: Vec::new(),
+            adjs: Vec::new(),
+        }
+    }
+}
+
 /// Evaluates `sops` (every `num` already checked against the set's size);
 /// `SEM_UNDO` operations adjust process slot `undo_slot`.
 pub(super) fn evaluate(map: &Mapping, sops: &[SemBuf], undo_slot: usize) -> Eval {
-    let mut values: Vec<(usize, i32)> = Vec::new();
-    let mut adjs: Vec<(usize, i32)> = Vec::new();
-    let fail = |outcome| Eval {
-        outcome,
-        values: Vec::new(),
-        adjs: Vec::new(),
-    };
+    let mut eval = Eval::default();
+    evaluate_into(map, sops, undo_slot, &mut eval);
+    eval
+}
+
+/// [`evaluate`] into buffers the caller reuses (a waker evaluates every
+/// sleeper it looks at).
+pub(super) fn evaluate_into(map: &Mapping, sops: &[SemBuf], undo_slot: usize, eval: &mut Eval) {
     debug_assert!(undo_slot < NPROC);
+    eval.values.clear();
+    eval.adjs.clear();
+    eval.outcome = decide(map, sops, undo_slot, &mut eval.values, &mut eval.adjs);
+    if eval.outcome != Outcome::Done {
+        eval.values.clear();
+        eval.adjs.clear();
+    }
+}
+
+fn decide(
+    map: &Mapping,
+    sops: &[SemBuf],
+    undo_slot: usize,
+    values: &mut Vec<(usize, i32)>,
+    adjs: &mut Vec<(usize, i32)>,
+) -> Outcome {
     for (i, sop) in sops.iter().enumerate() {
         let num = usize::from(sop.num);
         let at = match values.iter().position(|&(n, _)| n == num) {
@@ -82,14 +110,14 @@ pub(super) fn evaluate(map: &Mapping, sops: &[SemBuf], undo_slot: usize) -> Eval
             Outcome::Blocked(i)
         };
         if op == 0 && current != 0 {
-            return fail(blocked);
+            return blocked;
         }
         let result = current + op;
         if result < 0 {
-            return fail(blocked);
+            return blocked;
         }
         if result > SEMVMX {
-            return fail(Outcome::Failed(SemError::Range));
+            return Outcome::Failed(SemError::Range);
         }
         if sop.flags & SEM_UNDO != 0 && op != 0 {
             let at = match adjs.iter().position(|&(n, _)| n == num) {
@@ -101,15 +129,11 @@ pub(super) fn evaluate(map: &Mapping, sops: &[SemBuf], undo_slot: usize) -> Eval
             };
             let adj = adjs[at].1 - op;
             if !(-(SEMAEM + 1)..=SEMAEM).contains(&adj) {
-                return fail(Outcome::Failed(SemError::Range));
+                return Outcome::Failed(SemError::Range);
             }
             adjs[at].1 = adj;
         }
         values[at].1 = result;
     }
-    Eval {
-        outcome: Outcome::Done,
-        values,
-        adjs,
-    }
+    Outcome::Done
 }

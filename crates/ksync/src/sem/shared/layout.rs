@@ -41,11 +41,16 @@ pub(super) mod header {
     /// First and last sleeper in the FIFO queue, as slot + 1 (0: none).
     pub(crate) const QUEUE_HEAD: usize = 15;
     pub(crate) const QUEUE_TAIL: usize = 16;
+    /// Coarse clock (milliseconds, wrapping) of the last search for dead
+    /// processes (`engine.rs`).
+    pub(crate) const LAST_REAP: usize = 17;
     /// Recovery counters (`RecoveryStats`): locks taken over from a dead
     /// holder, transactions rolled back, dead processes' slots adopted.
     pub(crate) const TAKEOVERS: usize = 19;
     pub(crate) const ROLLBACKS: usize = 20;
     pub(crate) const REAPED: usize = 21;
+    /// Coarse clock of the last sleepers' sweep (`engine.rs`).
+    pub(crate) const LAST_SWEEP: usize = 22;
     /// Where the search for a free sleeper slot starts.
     pub(crate) const SLEEP_HINT: usize = 18;
     /// The set's lock (`lock.rs`), alone on its cache line.

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
-use super::engine::{touch_otime, Locked};
+use super::engine::{sweep_due, touch_otime, Locked};
 use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
-    header, proc_slot, sem_word, sleeper, Layout, MAGIC, NPROC, READY, REMOVED, SLEEPER_DONE,
-    SLEEPER_FREE, SLOT_LIVE, VERSION,
+    header, proc_slot, sem_word, sleeper, Layout, MAGIC, NPROC, READY, REMOVED, SLEEPER_FREE,
+    SLOT_LIVE, VERSION,
 };
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
@@ -376,10 +376,10 @@ impl SharedSemSet {
             }
             match held.perform(sops) {
                 Outcome::Done => return Ok(()),
-                Outcome::Failed(SemError::Again) if !reaped && held.reap() => reaped = true,
-                Outcome::Failed(e) => return Err(e),
                 // A dead process's undo may make it possible: look once.
-                Outcome::Blocked(_) if !reaped && held.reap() => reaped = true,
+                Outcome::Failed(SemError::Again) if !reaped && held.reap_if_due() => reaped = true,
+                Outcome::Failed(e) => return Err(e),
+                Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
                 Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
                     return Err(SemError::Again)
                 }
@@ -482,18 +482,15 @@ impl SharedSemSet {
             if wait_shared(status, super::layout::WAITING, nap) == crate::futex::Wake::TimedOut
                 && deadline.is_none_or(|d| Instant::now() < d)
             {
-                // No wake-up for a while: adopt dead processes' leftovers,
-                // and finish what a waker that died left undone.
-                let mut held = Locked::enter(&self.map, self.me()?)?;
-                held.reap();
-                if held.removed() {
-                    held.fail_all()?;
-                }
-                held.update_queue();
-                if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_DONE
-                    && status.load(Ordering::Acquire) != READY
-                {
-                    held.republish(slot);
+                // No wake-up for a while. Every SLEEPER_POLL one sleeper of
+                // the set (whichever looks first) sweeps it: adopts dead
+                // processes' leftovers and finishes what a waker or a
+                // remover that died left undone. The others go back to sleep.
+                if sweep_due(&self.map, SLEEPER_POLL) || self.is_removed() {
+                    let mut held = Locked::enter(&self.map, self.me()?)?;
+                    if sweep_due(&self.map, SLEEPER_POLL) || held.removed() {
+                        held.sweep()?;
+                    }
                 }
             }
         }
