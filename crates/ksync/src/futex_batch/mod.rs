@@ -52,16 +52,36 @@ use crate::sync::AtomicU32;
 /// As for [`crate::futex::wake_ptr`]: each word must have been the address of
 /// an `AtomicU32` that sleepers wait on; it need not be live any more.
 pub(crate) unsafe fn wake_all(words: &[*const AtomicU32]) -> usize {
+    // SAFETY: passed on from our caller.
+    unsafe { wake_all_in(Scope::Private, words) }
+}
+
+/// Whose futex words a batch wakes: this process's only (the key the
+/// private `FUTEX_WAIT` uses), or words in memory shared between processes,
+/// where sleepers in other processes wait with a shared `FUTEX_WAIT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    Private,
+    #[cfg_attr(any(loom, not(target_os = "linux")), allow(dead_code))]
+    Shared,
+}
+
+/// [`wake_all`] for words of either [`Scope`].
+///
+/// # Safety
+///
+/// As for [`wake_all`].
+pub(crate) unsafe fn wake_all_in(scope: Scope, words: &[*const AtomicU32]) -> usize {
     #[cfg(all(not(loom), target_os = "linux"))]
     if words.len() >= 2 {
         // SAFETY: passed on from our caller.
-        let by_ring = unsafe { uring::wake(words) };
+        let by_ring = unsafe { uring::wake(words, scope) };
         // One `io_uring_enter` per ring batch, one `FUTEX_WAKE` per word the
         // ring did not take.
         return by_ring.div_ceil(uring::RING_ENTRIES as usize) + (words.len() - by_ring);
     }
     // SAFETY: passed on from our caller.
-    unsafe { wake_loop(words) };
+    unsafe { wake_loop(words, scope) };
     words.len()
 }
 
@@ -98,12 +118,31 @@ pub fn wake_each(words: &[&AtomicU32]) -> usize {
 /// # Safety
 ///
 /// As for [`wake_all`].
-unsafe fn wake_loop(words: &[*const AtomicU32]) {
+unsafe fn wake_loop(words: &[*const AtomicU32], scope: Scope) {
     for &word in words {
         // SAFETY: per our caller's contract `word` is a futex word's address,
         // which `wake_ptr` only uses as a key.
-        unsafe { crate::futex::wake_ptr(word, 1) };
+        unsafe { wake_one(word, scope) };
     }
+}
+
+/// One `FUTEX_WAKE` of one sleeper on `word`, in `scope`.
+///
+/// # Safety
+///
+/// As for [`wake_all`].
+unsafe fn wake_one(word: *const AtomicU32, scope: Scope) {
+    match scope {
+        // SAFETY: passed on from our caller.
+        Scope::Private => unsafe { crate::futex::wake_ptr(word, 1) },
+        #[cfg(all(not(loom), target_os = "linux"))]
+        // SAFETY: passed on from our caller (a shared futex word stays mapped
+        // while its waker holds the mapping).
+        Scope::Shared => crate::futex::wake_shared(unsafe { &*word }, 1),
+        #[cfg(not(all(not(loom), target_os = "linux")))]
+        // SAFETY: passed on from our caller.
+        Scope::Shared => unsafe { crate::futex::wake_ptr(word, 1) },
+    };
 }
 
 #[cfg(all(not(loom), target_os = "linux"))]
@@ -190,7 +229,7 @@ mod tests {
         }
         park_and_wake(40, |words| {
             // SAFETY: the words are live futex words.
-            let by_ring = unsafe { uring::wake(words) };
+            let by_ring = unsafe { uring::wake(words, Scope::Private) };
             assert_eq!(by_ring, words.len());
         });
     }
@@ -199,7 +238,7 @@ mod tests {
     fn the_fallback_wakes_every_sleeper() {
         // What wake_all does under KSYNC_NO_IO_URING=1 or without io_uring.
         // SAFETY: the words are live futex words.
-        park_and_wake(40, |words| unsafe { wake_loop(words) });
+        park_and_wake(40, |words| unsafe { wake_loop(words, Scope::Private) });
     }
 
     #[test]
@@ -207,7 +246,7 @@ mod tests {
         let n = 2 * uring::RING_ENTRIES as usize + 3;
         park_and_wake(n, |words| {
             // SAFETY: the words are live futex words.
-            let by_ring = unsafe { uring::wake(words) };
+            let by_ring = unsafe { uring::wake(words, Scope::Private) };
             assert!(by_ring == words.len() || !uring::supported());
         });
     }
@@ -219,7 +258,7 @@ mod tests {
             match unsafe { uring::wake_with_ring(4, words) } {
                 Some(by_ring) => assert_eq!(by_ring, words.len()),
                 // SAFETY: as above.
-                None => unsafe { wake_loop(words) },
+                None => unsafe { wake_loop(words, Scope::Private) },
             }
         });
     }
@@ -229,7 +268,7 @@ mod tests {
         let words: Vec<AtomicU32> = (0..70).map(|_| AtomicU32::new(0)).collect();
         let ptrs: Vec<*const AtomicU32> = words.iter().map(|w| w as *const AtomicU32).collect();
         // SAFETY: live words (nobody sleeps on them).
-        let by_ring = unsafe { uring::wake(&ptrs) };
+        let by_ring = unsafe { uring::wake(&ptrs, Scope::Private) };
         if uring::supported() {
             assert_eq!(by_ring, ptrs.len());
         }

@@ -8,6 +8,7 @@ use core::mem::{offset_of, size_of};
 
 use libc::c_uint;
 
+use crate::futex_batch::Scope;
 use crate::sync::AtomicU32;
 
 pub(super) const IORING_OP_FUTEX_WAKE: u8 = 52;
@@ -19,10 +20,9 @@ pub(super) const IORING_OFF_SQ_RING: libc::off_t = 0;
 pub(super) const IORING_OFF_SQES: libc::off_t = 0x1000_0000;
 pub(super) const IORING_REGISTER_PROBE: c_uint = 8;
 pub(super) const IO_URING_OP_SUPPORTED: u16 = 1 << 0;
-/// `FUTEX2_SIZE_U32 | FUTEX2_PRIVATE` (`FUTEX2_PRIVATE` is
-/// `FUTEX_PRIVATE_FLAG`): the same key as the process-private
-/// `FUTEX_WAIT` sleepers use.
-pub(super) const FUTEX2_FLAGS: i32 = 0x02 | libc::FUTEX_PRIVATE_FLAG;
+/// `FUTEX2_SIZE_U32`, plus `FUTEX2_PRIVATE` (which is `FUTEX_PRIVATE_FLAG`)
+/// for private words: the same key as the `FUTEX_WAIT` sleepers use.
+pub(super) const FUTEX2_SIZE_U32: i32 = 0x02;
 pub(super) const FUTEX_BITSET_MATCH_ANY: u64 = 0xffff_ffff;
 
 /// `struct io_sqring_offsets`.
@@ -148,12 +148,16 @@ const _: () = {
 
 impl Sqe {
     /// A wake of one sleeper on `word`; `index` comes back in the completion.
-    pub(super) fn futex_wake(word: *const AtomicU32, index: usize) -> Self {
+    pub(super) fn futex_wake(word: *const AtomicU32, index: usize, scope: Scope) -> Self {
+        let private = match scope {
+            Scope::Private => libc::FUTEX_PRIVATE_FLAG,
+            Scope::Shared => 0,
+        };
         Sqe {
             opcode: IORING_OP_FUTEX_WAKE,
             flags: 0,
             ioprio: 0,
-            fd: FUTEX2_FLAGS,
+            fd: FUTEX2_SIZE_U32 | private,
             addr2: 1,
             addr: word as usize as u64,
             len: 0,

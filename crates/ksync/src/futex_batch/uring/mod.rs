@@ -18,6 +18,7 @@ use self::process::USABLE;
 use self::process::{state, STATE, UNUSABLE};
 pub(super) use self::ring::RING_ENTRIES;
 use self::ring::{Failure, Ring};
+use super::Scope;
 use crate::sync::{AtomicU32, Ordering};
 
 /// A thread's ring, if it has (or can have) one.
@@ -63,19 +64,19 @@ impl Slot {
     /// # Safety
     ///
     /// As for [`super::wake_all`].
-    unsafe fn wake(&mut self, words: &[*const AtomicU32]) -> usize {
+    unsafe fn wake(&mut self, words: &[*const AtomicU32], scope: Scope) -> usize {
         let mut by_ring = 0;
         let mut rest = words;
         while !rest.is_empty() {
             let Some(ring) = self.ring() else {
                 // SAFETY: passed on from our caller.
-                unsafe { super::wake_loop(rest) };
+                unsafe { super::wake_loop(rest, scope) };
                 break;
             };
             let (batch, tail) = rest.split_at(rest.len().min(ring.batch as usize));
             rest = tail;
             let mut pending = u128::MAX >> (u128::BITS as usize - batch.len());
-            let outcome = ring.wake_batch(batch, &mut pending);
+            let outcome = ring.wake_batch(batch, &mut pending, scope);
             by_ring += batch.len() - pending.count_ones() as usize;
             match outcome {
                 Ok(()) => {}
@@ -88,7 +89,7 @@ impl Slot {
             for (i, &word) in batch.iter().enumerate() {
                 if pending & (1u128 << i) != 0 {
                     // SAFETY: passed on from our caller.
-                    unsafe { crate::futex::wake_ptr(word, 1) };
+                    unsafe { super::wake_one(word, scope) };
                 }
             }
         }
@@ -106,16 +107,16 @@ thread_local! {
 /// # Safety
 ///
 /// As for [`super::wake_all`].
-pub(super) unsafe fn wake(words: &[*const AtomicU32]) -> usize {
+pub(super) unsafe fn wake(words: &[*const AtomicU32], scope: Scope) -> usize {
     if state() == UNUSABLE {
         // SAFETY: passed on from our caller.
-        unsafe { super::wake_loop(words) };
+        unsafe { super::wake_loop(words, scope) };
         return 0;
     }
     let by_ring = RING.try_with(|slot| {
         slot.try_borrow_mut()
             // SAFETY: passed on from our caller.
-            .map(|mut slot| unsafe { slot.wake(words) })
+            .map(|mut slot| unsafe { slot.wake(words, scope) })
             .ok()
     });
     match by_ring {
@@ -124,7 +125,7 @@ pub(super) unsafe fn wake(words: &[*const AtomicU32]) -> usize {
         // re-entered: the loop needs no state.
         _ => {
             // SAFETY: passed on from our caller.
-            unsafe { super::wake_loop(words) };
+            unsafe { super::wake_loop(words, scope) };
             0
         }
     }
@@ -138,7 +139,7 @@ pub(super) unsafe fn wake_with_ring(entries: u32, words: &[*const AtomicU32]) ->
     let ring = Ring::new(entries).ok()?;
     let mut slot = Slot::Ready(ring);
     // SAFETY: passed on from our caller.
-    Some(unsafe { slot.wake(words) })
+    Some(unsafe { slot.wake(words, Scope::Private) })
 }
 
 /// Whether io_uring futex wakes work here: creates the calling thread's

@@ -13,6 +13,7 @@ use super::abi::{
     IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_SUBMIT_ALL, IO_URING_OP_SUPPORTED, PROBE_OPS,
 };
 use super::process::{watch_forks, FORK_GENERATION, STATE, UNKNOWN, USABLE};
+use crate::futex_batch::Scope;
 use crate::sync::{AtomicU32, Ordering};
 
 /// Entries of each thread's ring, and the largest batch one
@@ -225,6 +226,7 @@ impl Ring {
         &mut self,
         words: &[*const AtomicU32],
         pending: &mut u128,
+        scope: Scope,
     ) -> Result<(), Failure> {
         let n = words.len() as u32;
         debug_assert!(n <= self.batch);
@@ -247,7 +249,7 @@ impl Ring {
             unsafe {
                 self.sqes
                     .add(index as usize)
-                    .write(Sqe::futex_wake(word, i))
+                    .write(Sqe::futex_wake(word, i, scope))
             };
         }
         // Publish the entries before the kernel reads the tail.

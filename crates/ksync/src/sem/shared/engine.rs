@@ -15,10 +15,10 @@ use super::layout::{
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
 use super::procs::{registry, Me};
-use crate::futex::wake_shared;
+use crate::futex_batch::{wake_all_in, Scope};
 use crate::sem::stamp::{current_pid, now_secs};
 use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 
 /// The set's lock, held; dropping it publishes the results of the sleepers
 /// it completed and wakes them, after the lock is released.
@@ -599,9 +599,16 @@ impl Drop for Locked<'_> {
                 .store(READY, Ordering::Release);
         }
         unlock(self.map);
-        for &slot in &self.woken {
-            wake_shared(self.map.word(layout.sleeper(slot, sleeper::STATUS)), 1);
-        }
+        // All of them with one io_uring_enter where the kernel allows
+        // (`crate::futex_batch`): the kernel wakes a call's sleepers inside
+        // one semop too.
+        let words: Vec<*const AtomicU32> = self
+            .woken
+            .iter()
+            .map(|&slot| self.map.word(layout.sleeper(slot, sleeper::STATUS)) as *const AtomicU32)
+            .collect();
+        // SAFETY: words of our live mapping, which sleepers wait on.
+        unsafe { wake_all_in(Scope::Shared, &words) };
     }
 }
 
