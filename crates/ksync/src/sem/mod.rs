@@ -92,6 +92,7 @@
 //! | `undo.rs`, `undo_entry.rs` | `SEM_UNDO`: contexts and their per-set adjustments |
 //! | `lock.rs` | [`RawSemLock`], the set's global lock |
 //! | `counters.rs`, `stamp.rs`, `error.rs` | [`SemCounters`]; pids and times; [`SemError`] |
+//! | `shared/` | [`SharedSemSet`]: process-shared sets in a file, opened by key; its own core, built for crash recovery |
 //!
 //! # Differences from the kernel
 //!
@@ -100,6 +101,8 @@
 //! * Timeouts are `Duration`s, so there is no invalid timespec (`EINVAL`).
 //! * There are no permissions, keys or ids (`EACCES`, `EPERM`, `ENOENT`,
 //!   `EEXIST`): a set is a value you share, and it lives in one process.
+//!   [`SharedSemSet`] is the set that processes share, with keys, ids,
+//!   permissions and per-process undo (module [`shared`]).
 //! * `SEM_UNDO` needs an explicit [`SemUndo`] context (the kernel's is the
 //!   process); [`SemSet::semop`] with `SEM_UNDO` fails with
 //!   [`SemError::Invalid`].

@@ -2,9 +2,10 @@
 //! symbolic link per key, `key.<key in hex>`, naming its set's file.
 //!
 //! The directory is `$KSYNC_SEM_DIR`, or `/dev/shm/ksync-sem` (memory, like
-//! the kernel's sets, and gone at reboot like them). It is created sticky
-//! and writable by everyone, like `/tmp`, so any user may create sets and
-//! only a file's owner (or root) may remove it.
+//! the kernel's sets, and gone at reboot like them), or `/tmp/ksync-sem` on
+//! a system without `/dev/shm`. It is created sticky and writable by
+//! everyone, like `/tmp`, so any user may create sets and only a file's
+//! owner (or root) may remove it.
 //!
 //! Creating a set is atomic without a server: the file is built and
 //! initialised under a temporary name, linked to its id's name (the link
@@ -22,11 +23,18 @@ use crate::sem::SemError;
 /// The kernel's default `SEMMNI`: most sets in the directory.
 pub const SEMMNI: usize = 32_000;
 
-/// The directory that holds the sets: `$KSYNC_SEM_DIR`, else `/dev/shm/ksync-sem`.
+/// The directory that holds the sets: `$KSYNC_SEM_DIR`, else
+/// `/dev/shm/ksync-sem`, else (no `/dev/shm`) `/tmp/ksync-sem`. Every
+/// process must see the same one: they find each other's sets there.
 pub fn sem_dir() -> PathBuf {
-    std::env::var_os("KSYNC_SEM_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| PathBuf::from("/dev/shm/ksync-sem"), PathBuf::from)
+    if let Some(dir) = std::env::var_os("KSYNC_SEM_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm/ksync-sem")
+    } else {
+        PathBuf::from("/tmp/ksync-sem")
+    }
 }
 
 /// The directory, created (sticky, world-writable) if missing.
