@@ -1,5 +1,7 @@
 //! loom models of every lock protocol. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
+//! The model of the process-shared sets' owner-naming lock sits beside its
+//! private algorithm: `... cargo test -p ksync --release --lib owner_lock`.
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 

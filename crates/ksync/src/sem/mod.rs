@@ -112,6 +112,8 @@ mod counters;
 mod error;
 mod lock;
 mod mode;
+#[cfg_attr(loom, allow(dead_code))]
+mod owner_lock;
 mod perform;
 mod queue;
 mod sem_lock;

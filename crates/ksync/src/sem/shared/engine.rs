@@ -598,7 +598,7 @@ impl Drop for Locked<'_> {
                 .word(layout.sleeper(slot, sleeper::STATUS))
                 .store(READY, Ordering::Release);
         }
-        unlock(self.map);
+        unlock(self.map, self.me);
         // All of them with one io_uring_enter where the kernel allows
         // (`crate::futex_batch`): the kernel wakes a call's sleepers inside
         // one semop too.
