@@ -830,6 +830,8 @@ fn corrupt_files_give_errors_not_crashes() {
         };
         for s in handles {
             let _ = s.semtimedop(&[SemBuf::new(0, -1, 0)], short);
+            // Blocks: queues a sleeper, times out, leaves the queue.
+            let _ = s.semtimedop(&[SemBuf::new(0, -5, 0)], short);
             let _ = s.semtimedop(&[SemBuf::new(0, 1, 0)], short);
             let _ = s.semtimedop(&[SemBuf::new(0, 1, SEM_UNDO), SemBuf::new(0, -1, 0)], short);
             let _ = s.get_all();

@@ -112,6 +112,10 @@ impl<'a> Locked<'a> {
     /// Queues the caller as a sleeper blocked at operation `blocking`;
     /// returns its slot. `ENOSPC` when [`NSLEEP`] threads already sleep.
     pub(super) fn enqueue(&mut self, sops: &[SemBuf], blocking: usize) -> Result<usize, SemError> {
+        let tail = self.map.load(header::QUEUE_TAIL) as usize;
+        if tail > NSLEEP {
+            return Err(SemError::Invalid);
+        }
         let slot = self.free_sleeper()?;
         let layout = *self.layout();
         let at = |field| layout.sleeper(slot, field);
@@ -135,7 +139,7 @@ impl<'a> Locked<'a> {
         tx.write(at(sleeper::OWNER), self.me.owner());
         tx.write(at(sleeper::RESULT), 0);
         tx.write(at(sleeper::NEXT), 0);
-        match self.map.load(header::QUEUE_TAIL) as usize {
+        match tail {
             0 => tx.write(header::QUEUE_HEAD, slot as u32 + 1),
             tail => tx.write(layout.sleeper(tail - 1, sleeper::NEXT), slot as u32 + 1),
         }

@@ -145,7 +145,7 @@ impl Registry {
                 continue;
             }
             // A new incarnation: the previous owner's lock word and sleepers
-            // now name a dead process (`lock.rs`, `reap.rs`).
+            // now name a dead process (`lock.rs`, `engine.rs`).
             let gen_word = map.word(layout.proc(slot, proc_slot::GEN));
             let mut gen = gen_word.load(Ordering::Acquire).wrapping_add(1) & GEN_MASK;
             if gen == 0 {

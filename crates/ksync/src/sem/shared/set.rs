@@ -229,6 +229,8 @@ impl SharedSemSet {
         if let Ok(meta) = std::fs::metadata(&path) {
             use std::os::unix::fs::MetadataExt;
             if let Some(map) = reg.find(meta.dev(), meta.ino()) {
+                // Not under the registry: a refused handle's drop takes it.
+                drop(reg);
                 return SharedSemSet::from_map(map, id);
             }
         }
