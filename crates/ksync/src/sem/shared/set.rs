@@ -261,8 +261,20 @@ impl SharedSemSet {
         self.map.nsems()
     }
 
-    fn is_removed(&self) -> bool {
+    /// Whether the set was removed (`IPC_RMID`, by any process): one load,
+    /// for callers that answer a removed set differently before and during
+    /// a call, as the kernel does (`EINVAL` for a stale id, `EIDRM` for a
+    /// sleeper).
+    pub fn is_removed(&self) -> bool {
         self.map.load(header::FLAGS) & REMOVED != 0
+    }
+
+    /// The permission check a call makes first: read (`alter == false`) or
+    /// alter permission for the calling process, `EACCES` if missing,
+    /// `EIDRM` if the set was removed. For callers that must check
+    /// permission before arguments, in the kernel's order.
+    pub fn check_access(&self, alter: bool) -> Result<(), SemError> {
+        self.check(if alter { ALTER } else { READ })
     }
 
     fn check(&self, flag: i32) -> Result<(), SemError> {
@@ -440,9 +452,18 @@ impl SharedSemSet {
                 Some(d) => (d - now).min(SLEEPER_POLL),
                 None => SLEEPER_POLL,
             };
-            if wait_shared(status, super::layout::WAITING, nap) == crate::futex::Wake::TimedOut
-                && deadline.is_none_or(|d| Instant::now() < d)
-            {
+            let wake = wait_shared(status, super::layout::WAITING, nap);
+            if wake == crate::futex::Wake::Interrupted {
+                // The kernel's semop is never restarted after a signal
+                // handler, SA_RESTART or not (signal(7)): leave the queue
+                // with EINTR, unless a waker decided the call meanwhile.
+                let mut held = Locked::enter(&self.map, self.me()?)?;
+                return match held.cancel(slot)? {
+                    Some(_) => self.collect(slot),
+                    None => Err(SemError::Interrupted),
+                };
+            }
+            if wake == crate::futex::Wake::TimedOut && deadline.is_none_or(|d| Instant::now() < d) {
                 // No wake-up for a while: adopt dead processes' leftovers,
                 // and finish what a waker that died left undone.
                 let mut held = Locked::enter(&self.map, self.me()?)?;
