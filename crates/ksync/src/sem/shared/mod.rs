@@ -56,6 +56,11 @@
 //! * Undo adjustments are applied lazily: by the next process that blocks,
 //!   fails with `EAGAIN`, makes a control call, or sleeps in the set, not at
 //!   the instant of death. A lock-free operation in between does not see them.
+//! * Permission for the lock-free path is checked once per process and
+//!   handle, and again whenever `sem_ctime` changes (`IPC_SET`, `SETVAL`,
+//!   `SETALL`): a process that lowers its own privileges without `fork`, or
+//!   an `IPC_SET` in the same second as the last check, is noticed only at
+//!   its next call that takes the lock.
 //! * `exec` closes the set's descriptors (they are close-on-exec), which
 //!   releases the process's slot, so its undo adjustments are applied at
 //!   `exec`; the kernel keeps them across `exec`.

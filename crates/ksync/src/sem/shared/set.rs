@@ -157,6 +157,13 @@ pub struct SharedSemSet {
     id: i32,
     /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
     me: AtomicU64,
+    /// `pid << 32 | ctime` when process `pid` last passed the alter check
+    /// through this handle, with the set's `sem_ctime` then; 0 if never.
+    /// The lock-free path, which checks no credentials (they cost system
+    /// calls), runs only for that process and while `sem_ctime` (which
+    /// `IPC_SET` changes) is the same: a child of `fork` that dropped its
+    /// privileges, or a mode taken away, goes through the checked path.
+    alter_checked: AtomicU64,
 }
 
 impl SharedSemSet {
@@ -239,6 +246,7 @@ impl SharedSemSet {
             map,
             id,
             me: AtomicU64::new(0),
+            alter_checked: AtomicU64::new(0),
         };
         if set.is_removed() {
             return Err(SemError::Removed);
@@ -265,6 +273,7 @@ impl SharedSemSet {
     /// for callers that answer a removed set differently before and during
     /// a call, as the kernel does (`EINVAL` for a stale id, `EIDRM` for a
     /// sleeper).
+    #[inline]
     pub fn is_removed(&self) -> bool {
         self.map.load(header::FLAGS) & REMOVED != 0
     }
@@ -336,7 +345,16 @@ impl SharedSemSet {
                 return done;
             }
         }
+        // Read before the check: an IPC_SET after it changes sem_ctime, so
+        // the record below is stale at once and the next call checks again.
+        let ctime = self.map.load(header::CTIME);
         self.check(if alter { ALTER } else { READ })?;
+        if alter {
+            self.alter_checked.store(
+                (u64::from(current_pid() as u32) << 32) | u64::from(ctime),
+                Ordering::Relaxed,
+            );
+        }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         if !self.map.writable() {
             return self.wait_for_zero_read_only(sops, timeout, deadline);
@@ -403,6 +421,12 @@ impl SharedSemSet {
     #[inline]
     fn try_fast(&self, sop: SemBuf) -> Option<Result<(), SemError>> {
         if self.is_removed() || !self.map.writable() {
+            return None;
+        }
+        let checked = self.alter_checked.load(Ordering::Relaxed);
+        if checked >> 32 != u64::from(current_pid() as u32)
+            || checked as u32 != self.map.load(header::CTIME)
+        {
             return None;
         }
         let layout = &self.map.layout;
