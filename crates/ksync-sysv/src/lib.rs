@@ -39,6 +39,7 @@ pub mod command;
 mod errno;
 mod exports;
 mod kernel;
+pub mod stack;
 pub mod user;
 
 pub use errno::Errno;
