@@ -150,3 +150,46 @@ pub fn with<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Result<R, SemErro
         (None, None) => Err(SemError::Invalid),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ksync::sem::{IPC_CREAT, IPC_PRIVATE};
+    use std::sync::mpsc::channel;
+
+    #[test]
+    fn a_set_is_found_until_forgotten_then_reopened_or_gone() {
+        let set = SharedSemSet::open(IPC_PRIVATE, 2, IPC_CREAT | 0o600).unwrap();
+        let id = set.id();
+        remember(set);
+        assert_eq!(with(id, |s| s.nsems()), Ok(2));
+        // Forgetting drops only this process's handle: the set still
+        // exists, so the next call opens its file again.
+        forget(id);
+        assert_eq!(with(id, |s| s.nsems()), Ok(2));
+        with(id, |s| s.remove()).unwrap().unwrap();
+        forget(id);
+        assert_eq!(with(id, |_| ()).unwrap_err(), SemError::NotFound);
+    }
+
+    #[test]
+    fn another_threads_slot_is_stale_after_a_forget() {
+        let set = SharedSemSet::open(IPC_PRIVATE, 1, IPC_CREAT | 0o600).unwrap();
+        let id = set.id();
+        remember(set);
+        let (to_main, from_thread) = channel();
+        let (to_thread, from_main) = channel::<()>();
+        let thread = std::thread::spawn(move || {
+            to_main.send(with(id, |s| s.id())).unwrap();
+            from_main.recv().unwrap();
+            with(id, |_| ())
+        });
+        assert_eq!(from_thread.recv().unwrap(), Ok(id));
+        // Removed behind the cache's back, as by another process, then
+        // forgotten: the thread's slot, filled before, must not answer.
+        SharedSemSet::open_id(id).unwrap().remove().unwrap();
+        forget(id);
+        to_thread.send(()).unwrap();
+        assert_eq!(thread.join().unwrap().unwrap_err(), SemError::NotFound);
+    }
+}
