@@ -16,9 +16,11 @@
 //!   `semctl`'s variadic `union semun` included (read by a small C shim,
 //!   since stable Rust cannot define a C-variadic function);
 //! - [`command`]: every `semctl` command glibc exposes, decoded once;
-//! - [`user`] and [`stack`]: copies from and to the caller's memory that
-//!   never fault inside the library: direct reads where the bytes lie in the
-//!   calling thread's live stack, checked copies (a system call) elsewhere;
+//! - [`user`], [`stack`] and [`segments`]: copies from and to the caller's
+//!   memory that never fault inside the library on a pointer the kernel
+//!   would refuse: direct reads where the bytes lie in the calling thread's
+//!   live stack or a loaded object's static data, checked copies (a system
+//!   call) elsewhere;
 //! - [`Backend`](backend::Backend): the shared sets (`shared`, with the
 //!   per-process table of open sets in `cache`) or the kernel's (`kernel`).
 //!
@@ -62,6 +64,7 @@ pub mod command;
 mod errno;
 mod exports;
 mod kernel;
+pub mod segments;
 mod shared;
 pub mod stack;
 pub mod user;

@@ -7,12 +7,13 @@
 //! the usual case (stress-ng's, glibc's examples, LTP's), lies there. The
 //! bounds come from `pthread_getattr_np` once per thread.
 //!
-//! What this cannot vouch for, and leaves to the checked copies of [`user`]
-//! (one system call): memory on the heap or in static data (it may be
-//! unmapped between two calls, and nothing cheap tells), another thread's
-//! stack, and any call made while running on a stack the thread's bounds do
-//! not describe (a `sigaltstack` signal handler, a coroutine's stack).
+//! What this cannot vouch for, and leaves to [`segments`] (static data) or
+//! to the checked copies of [`user`] (one system call): any other memory,
+//! another thread's stack, and any call made while running on a stack the
+//! thread's bounds do not describe (a `sigaltstack` signal handler, a
+//! coroutine's stack).
 //!
+//! [`segments`]: crate::segments
 //! [`user`]: crate::user
 
 use core::cell::Cell;
