@@ -16,11 +16,11 @@
 //!   `semctl`'s variadic `union semun` included (read by a small C shim,
 //!   since stable Rust cannot define a C-variadic function);
 //! - [`command`]: every `semctl` command glibc exposes, decoded once;
-//! - [`user`], [`stack`] and [`segments`]: copies from and to the caller's
-//!   memory that never fault inside the library on a pointer the kernel
-//!   would refuse: direct reads where the bytes lie in the calling thread's
-//!   live stack or a loaded object's static data, checked copies (a system
-//!   call) elsewhere;
+//! - [`user`], [`stack`], [`segments`] and [`heap`]: copies from and to the
+//!   caller's memory that never fault inside the library on a pointer the
+//!   kernel would refuse: direct reads where the bytes lie in the calling
+//!   thread's live stack, a loaded object's static data or the main heap,
+//!   checked copies (a system call) elsewhere;
 //! - [`Backend`](backend::Backend): the shared sets (`shared`, with the
 //!   per-process table of open sets in `cache`) or the kernel's (`kernel`).
 //!
@@ -63,6 +63,7 @@ mod cache;
 pub mod command;
 mod errno;
 mod exports;
+pub mod heap;
 mod kernel;
 pub mod segments;
 mod shared;
