@@ -4,35 +4,56 @@
 //! reads or writes through a caller's pointer itself. Results come back the
 //! glibc way: the value, or -1 with `errno` set.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
 use libc::{c_int, c_ulong, key_t, sembuf, size_t, timespec};
 
 use crate::backend::Backend;
 use crate::command::Command;
-use crate::errno::to_c;
+use crate::errno::{to_c, Errno};
 use crate::kernel::KernelSets;
+use crate::shared::SharedSets;
 use crate::user::UserPtr;
 
-/// The backend every exported function uses.
-///
-/// Today the kernel's own sets (see the crate documentation): the library
-/// changes nothing a program sees. This is the one place where ksync's
-/// process-shared sets will be chosen instead.
+/// The environment variable that picks the backend: `kernel` for the
+/// kernel's own sets (the pass-through), anything else or unset for ksync's
+/// process-shared sets.
+pub const BACKEND_VAR: &str = "KSYNC_SYSV_BACKEND";
+
+/// The backend every exported function uses, chosen once per process from
+/// [`BACKEND_VAR`]: reading the environment on every call would cost a lock,
+/// and a plain reference to a static makes the choice one load on the hot
+/// path.
 fn active() -> &'static dyn Backend {
     static KERNEL: KernelSets = KernelSets;
-    &KERNEL
+    static SHARED: SharedSets = SharedSets;
+    static CHOSEN: OnceLock<&'static dyn Backend> = OnceLock::new();
+    *CHOSEN.get_or_init(|| match std::env::var_os(BACKEND_VAR) {
+        Some(v) if v == "kernel" => &KERNEL,
+        _ => &SHARED,
+    })
+}
+
+/// Runs one call for C and returns the glibc way. A panic would be a bug in
+/// the library, and unwinding into C frames is undefined behaviour: the call
+/// fails with `EINVAL` instead, the kernel's answer to a request it cannot
+/// make sense of.
+fn guarded(call: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
+    to_c(catch_unwind(AssertUnwindSafe(call)).unwrap_or(Err(Errno::EINVAL)))
 }
 
 /// glibc's `int semget(key_t key, int nsems, int semflg)`.
 #[no_mangle]
 pub extern "C" fn semget(key: key_t, nsems: c_int, semflg: c_int) -> c_int {
-    to_c(active().get(key, nsems, semflg))
+    guarded(|| active().get(key, nsems, semflg))
 }
 
 /// glibc's `int semop(int semid, struct sembuf *sops, size_t nsops)`.
 #[no_mangle]
 pub extern "C" fn semop(semid: c_int, sops: *mut sembuf, nsops: size_t) -> c_int {
     let sops = UserPtr::new(sops as usize);
-    to_c(active().operate(semid, sops, nsops, None).map(|()| 0))
+    guarded(|| active().operate(semid, sops, nsops, None).map(|()| 0))
 }
 
 /// glibc's `int semtimedop(int semid, struct sembuf *sops, size_t nsops,
@@ -46,7 +67,7 @@ pub extern "C" fn semtimedop(
 ) -> c_int {
     let sops = UserPtr::new(sops as usize);
     let timeout = (!timeout.is_null()).then(|| UserPtr::new(timeout as usize));
-    to_c(active().operate(semid, sops, nsops, timeout).map(|()| 0))
+    guarded(|| active().operate(semid, sops, nsops, timeout).map(|()| 0))
 }
 
 /// `semctl` with its fourth argument already taken out of the variadic list:
@@ -60,7 +81,9 @@ pub extern "C" fn ksync_sysv_semctl(
     cmd: c_int,
     arg: c_ulong,
 ) -> c_int {
-    to_c(Command::decode(cmd, arg).and_then(|command| active().control(semid, semnum, command)))
+    guarded(|| {
+        Command::decode(cmd, arg).and_then(|command| active().control(semid, semnum, command))
+    })
 }
 
 extern "C" {

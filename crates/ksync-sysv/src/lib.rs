@@ -3,26 +3,50 @@
 //! rebuilt: `LD_PRELOAD=.../libksync_sysv.so program`, or linked with
 //! `-lksync_sysv`.
 //!
-//! # What it does today
+//! # What it does
 //!
-//! **The library does not yet give programs ksync's semaphore sets.** Every
-//! call is answered by the kernel's own sets, through the kernel's system
-//! calls: a program sees exactly what it sees without the library, and runs
-//! no faster. What is here is the ABI layer those sets will sit behind:
+//! Programs get ksync's process-shared System V sets
+//! ([`ksync::sem::SharedSemSet`]): a set is a file `sem.<id>` in
+//! `$KSYNC_SEM_DIR` (default `/dev/shm/ksync-sem`), mapped by every process
+//! that uses it, and an uncontended `semop` of one operation without
+//! `SEM_UNDO` makes no system call. `KSYNC_SYSV_BACKEND=kernel` (read once,
+//! at the first call) hands every call to the kernel's own sets instead.
 //!
-//! - the four exported functions with glibc's signatures, `semctl`'s
-//!   variadic `union semun` included (read by a small C shim, since stable
-//!   Rust cannot define a C-variadic function; see `exports`);
-//! - every `semctl` command glibc exposes, decoded once into a typed
-//!   [`Command`](command::Command);
-//! - checked copies to and from the caller's memory ([`user`]), so that a bad
-//!   pointer is `EFAULT`, never a fault inside the library;
-//! - one interface, [`Backend`](backend::Backend), behind which the kernel's
-//!   sets sit today and ksync's process-shared sets will sit instead.
+//! - `exports`: the four functions with glibc's signatures,
+//!   `semctl`'s variadic `union semun` included (read by a small C shim,
+//!   since stable Rust cannot define a C-variadic function);
+//! - [`command`]: every `semctl` command glibc exposes, decoded once;
+//! - [`user`], [`stack`], [`segments`] and [`heap`]: copies from and to the
+//!   caller's memory that never fault inside the library on a pointer the
+//!   kernel would refuse: direct reads where the bytes lie in the calling
+//!   thread's live stack, a loaded object's static data or the main heap,
+//!   checked copies (a system call) elsewhere;
+//! - [`Backend`](backend::Backend): the shared sets (`shared`, with the
+//!   per-process table of open sets in `cache`) or the kernel's (`kernel`).
+//!
+//! # How the shared sets differ from the kernel's, as a C program sees it
+//!
+//! - Ids are random numbers in `2^30 .. 2^31`. Every call goes to the
+//!   library's sets: a process cannot use kernel sets and library sets at
+//!   once (other processes' kernel sets are invisible to it).
+//! - A removed set's id is `EINVAL` for later calls, as in the kernel; a
+//!   call the removal overtakes (a sleeper) gets `EIDRM`.
+//! - `SEM_STAT`/`SEM_STAT_ANY` take the position in the sorted list of ids,
+//!   so removing a set closes its gap; `SEM_STAT_ANY` can only read sets
+//!   whose file the caller may open, the same as `SEM_STAT`'s.
+//! - The limits are the kernel's defaults (`SEMMNI` 32000, `SEMMSL` 32000,
+//!   `SEMOPM` 500, `SEMVMX` 32767); `/proc/sys/kernel/sem` does not change
+//!   them, and the sets are not listed in `/proc/sysvipc/sem`.
+//! - Undo adjustments are applied when the process dies however it dies,
+//!   but also at `exec` (the set's descriptors are close-on-exec), where
+//!   the kernel keeps them; and lazily, by the next process that needs the
+//!   set's lock, not at the instant of death.
+//! - The rest of `ksync::sem::shared`'s list: rights follow the file, at
+//!   most 128 processes per set and 1024 sleepers.
 //!
 //! The crate's tests compile conformance programs written in C, run each
-//! against the kernel and again under `LD_PRELOAD`, and compare the outputs
-//! line by line.
+//! against the kernel, under `LD_PRELOAD` with the shared sets and through
+//! the pass-through, and compare the outputs line by line.
 //!
 //! # Targets
 //!
@@ -35,10 +59,15 @@
 ))]
 
 pub mod backend;
+mod cache;
 pub mod command;
 mod errno;
 mod exports;
+pub mod heap;
 mod kernel;
+pub mod segments;
+mod shared;
+pub mod stack;
 pub mod user;
 
 pub use errno::Errno;

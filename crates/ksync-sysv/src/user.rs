@@ -35,6 +35,7 @@ macro_rules! plain {
 plain!(
     u16,
     libc::sembuf,
+    ksync::sem::SemBuf,
     libc::timespec,
     libc::semid_ds,
     libc::seminfo
@@ -96,6 +97,40 @@ impl<T: Plain> UserPtr<T> {
         // `T: Plain` accepts any bit pattern.
         unsafe { values.set_len(len) };
         Ok(values)
+    }
+
+    /// Fills `out` with the `out.len()` `T`s at this pointer: read directly
+    /// when they lie in the calling thread's live stack ([`stack`]), the
+    /// main heap ([`heap`]) or a loaded object's static data ([`segments`]),
+    /// where no system call is needed and no fault possible, else through
+    /// the checked copy.
+    ///
+    /// [`stack`]: crate::stack
+    /// [`heap`]: crate::heap
+    /// [`segments`]: crate::segments
+    // Inlined into the semop path: as a call it cost ~5 ns per down + up
+    // pair (sem_pair, 43.8 -> 38.5 ns), an eighth of the whole.
+    #[inline]
+    pub fn read_into(self, out: &mut [T]) -> Result<(), Errno> {
+        let bytes = core::mem::size_of_val(out);
+        if crate::stack::holds(self.addr, bytes)
+            || crate::heap::holds(self.addr, bytes)
+            || crate::segments::holds(self.addr, bytes)
+        {
+            let from = self.addr as *const T;
+            for (i, slot) in out.iter_mut().enumerate() {
+                // SAFETY: the `bytes` bytes at `addr` are mapped and readable
+                // for the whole call (`stack`, `heap`, `segments`); `read_unaligned`
+                // because C only promises `T`'s alignment, which Rust's may
+                // exceed, and `T: Plain` accepts any bytes. One element at a
+                // time through a temporary, not a `memcpy`: a few bytes
+                // (one `sembuf` on the hot path), and no overlap question if
+                // a pointer below the caller's frame reaches into ours.
+                *slot = unsafe { core::ptr::read_unaligned(from.add(i)) };
+            }
+            return Ok(());
+        }
+        transfer(Direction::In, self.addr, out.as_mut_ptr().cast(), bytes)
     }
 
     /// Copies one `T` out.
@@ -308,6 +343,23 @@ mod tests {
         assert_eq!(err, Errno::EFAULT);
         let err = transfer_pipe(&Direction::Out, UNMAPPED, buf.as_mut_ptr(), 16).unwrap_err();
         assert_eq!(err, Errno::EFAULT);
+    }
+
+    #[test]
+    fn read_into_copies_from_the_stack_and_elsewhere_and_reports_efault() {
+        let on_stack = [4u16, 5, 6];
+        let mut out = [0u16; 3];
+        UserPtr::<u16>::new(on_stack.as_ptr() as usize)
+            .read_into(&mut out)
+            .unwrap();
+        assert_eq!(out, [4, 5, 6]);
+        let on_heap = Box::new([7u16, 8, 9]);
+        UserPtr::<u16>::new(on_heap.as_ptr() as usize)
+            .read_into(&mut out)
+            .unwrap();
+        assert_eq!(out, [7, 8, 9]);
+        let err = UserPtr::<u16>::new(UNMAPPED).read_into(&mut out);
+        assert_eq!(err.unwrap_err(), Errno::EFAULT);
     }
 
     #[test]

@@ -29,6 +29,12 @@ pub(crate) enum Wake {
     Woken,
     /// The deadline passed.
     TimedOut,
+    /// A signal handler ran (`EINTR`). Only [`wait_shared`] tells this
+    /// apart from [`Woken`](Wake::Woken), for the process-shared semaphore
+    /// sets, whose sleeps fail with `EINTR` as the kernel's `semop` does.
+    // The loom build has no `wait_shared` (no processes to share with).
+    #[cfg_attr(loom, allow(dead_code))]
+    Interrupted,
 }
 
 /// Blocks while `*word == expected`, until woken or until `deadline`.
@@ -123,10 +129,10 @@ pub(crate) fn wait_shared(word: &AtomicU32, expected: u32, timeout: std::time::D
             &ts as *const libc::timespec,
         )
     };
-    if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
-        Wake::TimedOut
-    } else {
-        Wake::Woken
+    match (rc, std::io::Error::last_os_error().raw_os_error()) {
+        (-1, Some(libc::ETIMEDOUT)) => Wake::TimedOut,
+        (-1, Some(libc::EINTR)) => Wake::Interrupted,
+        _ => Wake::Woken,
     }
 }
 

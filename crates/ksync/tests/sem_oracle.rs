@@ -1072,12 +1072,13 @@ fn construction_limits_and_errno_mapping() {
         (SemError::Permission, libc::EPERM),
         (SemError::NoSpace, libc::ENOSPC),
         (SemError::NoMemory, libc::ENOMEM),
+        (SemError::Interrupted, libc::EINTR),
     ] {
         assert_eq!(err.errno(), errno, "{err:?}");
         assert_eq!(SemError::from_errno(errno), Some(err));
         assert!(!err.to_string().is_empty());
     }
-    assert_eq!(SemError::from_errno(libc::EINTR), None);
+    assert_eq!(SemError::from_errno(libc::ENOSYS), None);
     // The kernel agrees on the size limits.
     if sysv_available("sem_oracle::construction_limits_and_errno_mapping") {
         assert_eq!(

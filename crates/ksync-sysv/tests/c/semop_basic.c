@@ -4,8 +4,15 @@
  *      semtimedop: GETALL shows them, sempid and otime are set
  *  02  the error table: E2BIG, EACCES, EFAULT (sops, timeout), EINVAL
  *      (nsops 0, semid -1, bad timespec), ERANGE, EFBIG, EAGAIN (IPC_NOWAIT
- *      and timeouts), plus the kernel's all-or-nothing and array-order rules */
+ *      and timeouts), plus the kernel's all-or-nothing and array-order rules
+ *  03  (not in LTP) the operations and the timeout wherever a program keeps
+ *      them: on the stack, in static data, on the main heap, in a thread's
+ *      malloc arena, in an mmap'd page, and in a page unmapped or made
+ *      unreadable since (EFAULT); a preloading library reads each its own
+ *      way (see the library's user.rs), and every way must answer alike */
 #include "common.h"
+#include <pthread.h>
+#include <sys/mman.h>
 
 static int g_id;
 
@@ -159,11 +166,95 @@ static void semop02(void)
     expect_ok("02 semop on a removed set", semop(id, &op, 1));
 }
 
+static struct sembuf static_ops[2] = { { 0, 1, 0 }, { 0, -1, 0 } };
+static struct timespec static_timeout = { 0, 1000000 };
+
+/* A +1 and a -1 in one call through `ops`, then a timed wait-for-zero
+ * through `ops` and `ts` (the value is 0 again, so it returns at once). */
+static void ops_at(const char *where, int id, struct sembuf *ops, struct timespec *ts)
+{
+    char what[96];
+    snprintf(what, sizeof what, "03 semop with ops %s", where);
+    show(what, semop(id, ops, 2));
+    snprintf(what, sizeof what, "03 semtimedop with ops and timeout %s", where);
+    ops[0] = (struct sembuf){ 0, 0, 0 };
+    show(what, semtimedop(id, ops, 1, ts));
+}
+
+struct arena_args {
+    int id;
+};
+
+static void *in_thread_arena(void *arg)
+{
+    int id = ((struct arena_args *)arg)->id;
+    /* A thread's small allocations come from its own arena, not the brk heap. */
+    struct sembuf *ops = malloc(2 * sizeof *ops);
+    struct timespec *ts = malloc(sizeof *ts);
+    if (ops == NULL || ts == NULL)
+        die("malloc");
+    ops[0] = (struct sembuf){ 0, 1, 0 };
+    ops[1] = (struct sembuf){ 0, -1, 0 };
+    *ts = (struct timespec){ 0, 1000000 };
+    ops_at("in a thread's malloc arena", id, ops, ts);
+    free(ops);
+    free(ts);
+    return NULL;
+}
+
+static void semop03(void)
+{
+    int id = new_set(1, 0600);
+    struct sembuf local[2] = { { 0, 1, 0 }, { 0, -1, 0 } };
+    struct timespec local_ts = { 0, 1000000 };
+    ops_at("on the stack", id, local, &local_ts);
+    ops_at("in static data", id, static_ops, &static_timeout);
+
+    struct sembuf *heap = malloc(2 * sizeof *heap);
+    struct timespec *heap_ts = malloc(sizeof *heap_ts);
+    if (heap == NULL || heap_ts == NULL)
+        die("malloc");
+    heap[0] = (struct sembuf){ 0, 1, 0 };
+    heap[1] = (struct sembuf){ 0, -1, 0 };
+    *heap_ts = (struct timespec){ 0, 1000000 };
+    ops_at("on the main heap", id, heap, heap_ts);
+    free(heap);
+    free(heap_ts);
+
+    struct arena_args args = { id };
+    pthread_t t;
+    if (pthread_create(&t, NULL, in_thread_arena, &args) != 0)
+        die("pthread_create");
+    pthread_join(t, NULL);
+
+    long page = sysconf(_SC_PAGESIZE);
+    char *map = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        die("mmap");
+    struct sembuf *mapped = (struct sembuf *)map;
+    struct timespec *mapped_ts = (struct timespec *)(map + 64);
+    mapped[0] = (struct sembuf){ 0, 1, 0 };
+    mapped[1] = (struct sembuf){ 0, -1, 0 };
+    *mapped_ts = (struct timespec){ 0, 1000000 };
+    ops_at("in an mmap'd page", id, mapped, mapped_ts);
+    /* The same addresses once the page is unreadable, then once it is gone. */
+    if (mprotect(map, (size_t)page, PROT_NONE) == -1)
+        die("mprotect");
+    show("03 semop with ops in a PROT_NONE page", semop(id, mapped, 2));
+    show("03 semtimedop with a timeout in a PROT_NONE page", semtimedop(id, local, 1, mapped_ts));
+    munmap(map, (size_t)page);
+    show("03 semop with ops in an unmapped page", semop(id, mapped, 2));
+    show("03 semtimedop with a timeout in an unmapped page", semtimedop(id, local, 1, mapped_ts));
+    show("03 value at the end", semctl(id, 0, GETVAL));
+    remove_set(id);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     semop01(0);
     semop01(1);
     semop02();
+    semop03();
     return 0;
 }

@@ -26,6 +26,10 @@ pub enum SemError {
     Again,
     /// `EIDRM`: the set was removed, while the caller slept or before.
     Removed,
+    /// `EINTR`: a signal handler ran while the caller slept in a
+    /// process-shared set ([`SharedSemSet`](super::SharedSemSet)); like the
+    /// kernel's `semop`, the call is not restarted.
+    Interrupted,
     /// `EEXIST`: a process-shared set with this key exists and
     /// `IPC_CREAT | IPC_EXCL` asked for a new one.
     Exists,
@@ -54,6 +58,7 @@ impl SemError {
             SemError::Range => 34,      // ERANGE
             SemError::Again => 11,      // EAGAIN
             SemError::Removed => 43,    // EIDRM
+            SemError::Interrupted => 4, // EINTR
             SemError::Exists => 17,     // EEXIST
             SemError::NotFound => 2,    // ENOENT
             SemError::Access => 13,     // EACCES
@@ -72,6 +77,7 @@ impl SemError {
             SemError::Range,
             SemError::Again,
             SemError::Removed,
+            SemError::Interrupted,
             SemError::Exists,
             SemError::NotFound,
             SemError::Access,
@@ -98,6 +104,7 @@ impl fmt::Display for SemError {
             SemError::Range => "value or undo adjustment out of range (ERANGE): at most 32767",
             SemError::Again => "operation would block (EAGAIN): IPC_NOWAIT or timeout",
             SemError::Removed => "the semaphore set was removed (EIDRM)",
+            SemError::Interrupted => "interrupted by a signal while sleeping (EINTR)",
             SemError::Exists => "a set with this key exists (EEXIST)",
             SemError::NotFound => "no set with this key or id (ENOENT)",
             SemError::Access => "permission denied by the set's mode (EACCES)",
@@ -125,6 +132,7 @@ mod tests {
             (SemError::Range, libc::ERANGE),
             (SemError::Again, libc::EAGAIN),
             (SemError::Removed, libc::EIDRM),
+            (SemError::Interrupted, libc::EINTR),
             (SemError::Exists, libc::EEXIST),
             (SemError::NotFound, libc::ENOENT),
             (SemError::Access, libc::EACCES),
@@ -135,6 +143,6 @@ mod tests {
             assert_eq!(e.errno(), errno);
             assert_eq!(SemError::from_errno(errno), Some(e));
         }
-        assert_eq!(SemError::from_errno(libc::EINTR), None);
+        assert_eq!(SemError::from_errno(libc::ENOSYS), None);
     }
 }

@@ -56,6 +56,10 @@
 //! * Undo adjustments are applied lazily: by the next process that blocks,
 //!   fails with `EAGAIN`, makes a control call, or sleeps in the set, not at
 //!   the instant of death. A lock-free operation in between does not see them.
+//! * The credentials a handle checks are read once per process (a `fork`
+//!   child reads its own) and again after each `IPC_SET`: a process that
+//!   lowers its own privileges keeps, through handles it already used, the
+//!   rights it had, as with a file it had open.
 //! * `exec` closes the set's descriptors (they are close-on-exec), which
 //!   releases the process's slot, so its undo adjustments are applied at
 //!   `exec`; the kernel keeps them across `exec`.

@@ -157,15 +157,20 @@ pub struct SharedSemSet {
     id: i32,
     /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
     me: AtomicU64,
-    /// The caller's rights, cached: `perm generation << 32 | RIGHTS_VALID |
-    /// rwx bits granted | RIGHTS_PRIVILEGED`; recomputed after `IPC_SET`
-    /// (which moves the generation on), so a call costs no system call for
-    /// the credentials.
+    /// The caller's rights, cached: `perm generation << 32 | pid << 5 |
+    /// RIGHTS_VALID | RIGHTS_PRIVILEGED | rwx bits granted`, for the
+    /// process that computed them; recomputed after `IPC_SET` (which moves
+    /// the generation on) and in a `fork` child (which may drop its
+    /// privileges before it uses an inherited handle), so a call costs no
+    /// system call for the credentials.
     rights: AtomicU64,
 }
 
-const RIGHTS_VALID: u64 = 1 << 8;
 const RIGHTS_PRIVILEGED: u64 = 1 << 3;
+const RIGHTS_VALID: u64 = 1 << 4;
+const RIGHTS_PID_SHIFT: u32 = 5;
+/// Linux pids fit in 22 bits (`pid_max` is at most 2^22).
+const RIGHTS_PID_MASK: u64 = (1 << 22) - 1;
 
 impl SharedSemSet {
     /// `semget(key, nsems, flags)`: the set bound to `key`, created with mode
@@ -272,20 +277,31 @@ impl SharedSemSet {
         self.map.nsems()
     }
 
-    fn is_removed(&self) -> bool {
+    /// Whether the set was removed (`IPC_RMID`, by any process): one load,
+    /// for callers that answer a removed set differently before and during
+    /// a call, as the kernel does (`EINVAL` for a stale id, `EIDRM` for a
+    /// sleeper).
+    #[inline]
+    pub fn is_removed(&self) -> bool {
         self.map.load(header::FLAGS) & REMOVED != 0
     }
 
     /// Whether the caller's credentials grant `flag`'s access (read or
-    /// alter). The credentials are read once per handle and again after an
-    /// `IPC_SET`: a process that changes its user id afterwards keeps the
-    /// rights it had through handles it opened before, as with an open file.
+    /// alter). The credentials are read once per handle and process, and
+    /// again after an `IPC_SET`: a thread that changes its process's user id
+    /// afterwards keeps the rights it had through handles already used, as
+    /// with an open file.
     fn permits(&self, flag: i32) -> bool {
         let gen = u64::from(self.map.load(header::PERM_GEN));
+        let pid = u64::from(current_pid() as u32) & RIGHTS_PID_MASK;
         let mut rights = self.rights.load(Ordering::Relaxed);
-        if rights & RIGHTS_VALID == 0 || rights >> 32 != gen {
+        if rights & RIGHTS_VALID == 0
+            || rights >> 32 != gen
+            || (rights >> RIGHTS_PID_SHIFT) & RIGHTS_PID_MASK != pid
+        {
             let creds = Creds::current();
             rights = (gen << 32)
+                | (pid << RIGHTS_PID_SHIFT)
                 | RIGHTS_VALID
                 | u64::from(creds.granted(&self.map))
                 | if creds.privileged() {
@@ -297,6 +313,14 @@ impl SharedSemSet {
         }
         let requested = ((flag >> 6) | (flag >> 3) | flag) as u64 & 7;
         rights & RIGHTS_PRIVILEGED != 0 || requested & !rights & 7 == 0
+    }
+
+    /// The permission check a call makes first: read (`alter == false`) or
+    /// alter permission for the calling process, `EACCES` if missing,
+    /// `EIDRM` if the set was removed. For callers that must check
+    /// permission before arguments, in the kernel's order.
+    pub fn check_access(&self, alter: bool) -> Result<(), SemError> {
+        self.check(if alter { ALTER } else { READ })
     }
 
     fn check(&self, flag: i32) -> Result<(), SemError> {
@@ -431,7 +455,10 @@ impl SharedSemSet {
     /// the call needs the lock.
     #[inline]
     fn try_fast(&self, sop: SemBuf) -> Option<Result<(), SemError>> {
-        if self.is_removed() || !self.map.writable() {
+        // The credentials come from the cache (`permits`), so a fork child
+        // that dropped its privileges, or a mode taken away by IPC_SET, is
+        // refused here as on the locked path.
+        if self.is_removed() || !self.map.writable() || !self.permits(ALTER) {
             return None;
         }
         let layout = &self.map.layout;
@@ -481,9 +508,18 @@ impl SharedSemSet {
                 Some(d) => (d - now).min(SLEEPER_POLL),
                 None => SLEEPER_POLL,
             };
-            if wait_shared(status, super::layout::WAITING, nap) == crate::futex::Wake::TimedOut
-                && deadline.is_none_or(|d| Instant::now() < d)
-            {
+            let wake = wait_shared(status, super::layout::WAITING, nap);
+            if wake == crate::futex::Wake::Interrupted {
+                // The kernel's semop is never restarted after a signal
+                // handler, SA_RESTART or not (signal(7)): leave the queue
+                // with EINTR, unless a waker decided the call meanwhile.
+                let mut held = Locked::enter(&self.map, self.me()?)?;
+                return match held.cancel(slot)? {
+                    Some(_) => self.collect(slot),
+                    None => Err(SemError::Interrupted),
+                };
+            }
+            if wake == crate::futex::Wake::TimedOut && deadline.is_none_or(|d| Instant::now() < d) {
                 // No wake-up for a while. Every SLEEPER_POLL one sleeper of
                 // the set (whichever looks first) sweeps it: adopts dead
                 // processes' leftovers and finishes what a waker or a

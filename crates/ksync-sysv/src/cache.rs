@@ -1,0 +1,195 @@
+//! This process's open handles on shared sets, by id: what turns the `semid`
+//! of every `semop` into a [`SharedSemSet`] without touching the file system.
+//!
+//! Two levels, so that the `semop` path reads only memory no other thread
+//! writes:
+//!
+//! * **the process's table**, `id -> Arc<SharedSemSet>`, behind a reader-
+//!   writer lock: filled by `semget` and by the first call naming an id
+//!   (`SharedSemSet::open_id`), emptied of an id when its set is found
+//!   removed;
+//! * **each thread's recent sets**, a few slots indexed by id, each stamped
+//!   with the process-wide *epoch* it was filled in. Removing an id from the
+//!   table bumps the epoch, which makes every thread's slots stale at once;
+//!   a hit costs one thread-local access and one load of the epoch, with no
+//!   atomic read-modify-write and no lock.
+//!
+//! A stale slot keeps its `Arc` (and so the set's mapping) until the slot is
+//! refilled or the thread exits; nothing is ever freed under a reader.
+//!
+//! Locks and `fork`: the table's lock is held only to look up, insert or
+//! remove one entry (no system call under it), so a `fork` that catches
+//! another thread inside that window is the only way a child can find it
+//! taken; the per-thread slots need no lock.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use ksync::sem::{SemError, SharedSemSet};
+
+type Table = BTreeMap<i32, Arc<SharedSemSet>>;
+
+/// The process's table (a `BTreeMap` because its constructor is `const`).
+static TABLE: RwLock<Table> = RwLock::new(BTreeMap::new());
+
+/// Bumped after every removal from [`TABLE`]: a thread's slot filled in an
+/// older epoch may name a set this process no longer answers for.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Slots per thread: enough for a program that alternates a few sets.
+const SLOTS: usize = 4;
+
+struct Recent {
+    id: i32,
+    epoch: u64,
+    set: Arc<SharedSemSet>,
+}
+
+thread_local! {
+    static RECENT: RefCell<[Option<Recent>; SLOTS]> =
+        const { RefCell::new([None, None, None, None]) };
+}
+
+fn slot_of(id: i32) -> usize {
+    // Ids are random (2^30 .. 2^31): their low bits spread well enough.
+    id as u32 as usize % SLOTS
+}
+
+// A panic elsewhere while holding the lock leaves the map itself sound (each
+// change is one insert or remove), so a poisoned lock is used as it is.
+fn read() -> RwLockReadGuard<'static, Table> {
+    TABLE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write() -> RwLockWriteGuard<'static, Table> {
+    TABLE.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The handle for `id` from the table, opening the set if this process has
+/// not yet: `NotFound`, `Removed`, `Access`, ... as `open_id` says.
+fn lookup(id: i32) -> Result<Arc<SharedSemSet>, SemError> {
+    if let Some(set) = read().get(&id) {
+        return Ok(Arc::clone(set));
+    }
+    let opened = Arc::new(SharedSemSet::open_id(id)?);
+    Ok(insert(opened))
+}
+
+/// Puts `set` in the table unless a live handle for its id is there
+/// already; returns the handle the table keeps.
+fn insert(set: Arc<SharedSemSet>) -> Arc<SharedSemSet> {
+    let id = set.id();
+    let mut table = write();
+    match table.get(&id) {
+        Some(kept) if !kept.is_removed() => Arc::clone(kept),
+        stale => {
+            let replacing = stale.is_some();
+            table.insert(id, Arc::clone(&set));
+            drop(table);
+            if replacing {
+                EPOCH.fetch_add(1, Ordering::Release);
+            }
+            set
+        }
+    }
+}
+
+/// Keeps a set `semget` opened or created, so that its id is found at once.
+pub fn remember(set: SharedSemSet) {
+    insert(Arc::new(set));
+}
+
+/// Forgets `id`: its set was removed, and the id now means no set.
+pub fn forget(id: i32) {
+    let gone = write().remove(&id);
+    if gone.is_some() {
+        // After the removal: a thread that read the old epoch and then
+        // missed the id in the table does not keep a slot for it either.
+        EPOCH.fetch_add(1, Ordering::Release);
+    }
+    // `gone` (the last handle but the threads' stale slots) is dropped here,
+    // outside the lock: dropping a handle may unmap the set.
+}
+
+/// Runs `f` on the set with id `id`, from this thread's recent sets when it
+/// is there, else from the table (opening the set if need be).
+///
+/// `f` may block (a sleeping `semop`); a call that re-enters meanwhile on
+/// this thread, from a signal handler, finds the slots busy and goes to the
+/// table instead.
+pub fn with<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Result<R, SemError> {
+    let mut f = Some(f);
+    let mut result = None;
+    let _ = RECENT.try_with(|cell| {
+        let Ok(mut slots) = cell.try_borrow_mut() else {
+            return;
+        };
+        let slot = &mut slots[slot_of(id)];
+        // Read before the table: see `forget`.
+        let epoch = EPOCH.load(Ordering::Acquire);
+        if !matches!(slot, Some(r) if r.id == id && r.epoch == epoch) {
+            match lookup(id) {
+                Ok(set) => *slot = Some(Recent { id, epoch, set }),
+                Err(e) => {
+                    result = Some(Err(e));
+                    return;
+                }
+            }
+        }
+        if let (Some(recent), Some(f)) = (slot.as_ref(), f.take()) {
+            result = Some(Ok(f(&recent.set)));
+        }
+    });
+    match (result, f) {
+        (Some(done), _) => done,
+        // The thread's slots are gone (thread exit) or busy (re-entered).
+        (None, Some(f)) => lookup(id).map(|set| f(&set)),
+        // `f` was taken only where `result` was set.
+        (None, None) => Err(SemError::Invalid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ksync::sem::{IPC_CREAT, IPC_PRIVATE};
+    use std::sync::mpsc::channel;
+
+    #[test]
+    fn a_set_is_found_until_forgotten_then_reopened_or_gone() {
+        let set = SharedSemSet::open(IPC_PRIVATE, 2, IPC_CREAT | 0o600).unwrap();
+        let id = set.id();
+        remember(set);
+        assert_eq!(with(id, |s| s.nsems()), Ok(2));
+        // Forgetting drops only this process's handle: the set still
+        // exists, so the next call opens its file again.
+        forget(id);
+        assert_eq!(with(id, |s| s.nsems()), Ok(2));
+        with(id, |s| s.remove()).unwrap().unwrap();
+        forget(id);
+        assert_eq!(with(id, |_| ()).unwrap_err(), SemError::NotFound);
+    }
+
+    #[test]
+    fn another_threads_slot_is_stale_after_a_forget() {
+        let set = SharedSemSet::open(IPC_PRIVATE, 1, IPC_CREAT | 0o600).unwrap();
+        let id = set.id();
+        remember(set);
+        let (to_main, from_thread) = channel();
+        let (to_thread, from_main) = channel::<()>();
+        let thread = std::thread::spawn(move || {
+            to_main.send(with(id, |s| s.id())).unwrap();
+            from_main.recv().unwrap();
+            with(id, |_| ())
+        });
+        assert_eq!(from_thread.recv().unwrap(), Ok(id));
+        // Removed behind the cache's back, as by another process, then
+        // forgotten: the thread's slot, filled before, must not answer.
+        SharedSemSet::open_id(id).unwrap().remove().unwrap();
+        forget(id);
+        to_thread.send(()).unwrap();
+        assert_eq!(thread.join().unwrap().unwrap_err(), SemError::NotFound);
+    }
+}
