@@ -245,6 +245,33 @@ fn child_role() {
             }
             0
         }
+        // id: uses the set as root, then forks a child that becomes nobody
+        // and alters the set through the inherited handle: the child's
+        // errno is the exit status.
+        "fork-drop" => {
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            assert_eq!(set.semop(&[SemBuf::new(0, 1, 0)]), Ok(()));
+            // SAFETY: the child only makes system calls and uses the handle
+            // (no locks are held by other threads of this process: the
+            // harness's threads do not touch sets).
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: plain system calls in the child.
+                unsafe {
+                    if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                        libc::_exit(255);
+                    }
+                }
+                let r = set.semop(&[SemBuf::new(0, 1, IPC_NOWAIT)]);
+                // SAFETY: ends the child without running the parent's exit path.
+                unsafe { libc::_exit(r.err().map_or(0, |e| e.errno())) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            say(&format!("child {}", libc::WEXITSTATUS(status)));
+            0
+        }
         // side, id, nsems, seed, stop-id: the kill storm's worker, until the
         // stop set's semaphore 0 is non-zero.
         "worker" => {
@@ -695,6 +722,26 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
         }
         assert_eq!(answers("k", k.id()), ours, "kernel vs ksync: {words:?}");
     }
+}
+
+/// A `fork` child that drops its privileges cannot alter a set through the
+/// handle it inherited from its privileged parent, on the lock-free path
+/// either (the parent's cached rights are not the child's).
+#[test]
+fn a_fork_child_that_drops_privileges_loses_the_parents_rights() {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "!!! SKIPPED sem_shared::a_fork_child_that_drops_privileges_loses_the_parents_rights: not root"
+        );
+        return;
+    }
+    let set = Shared::new(1);
+    let kid = Kid::spawn("fork-drop", &args(&[&set.id()]));
+    assert_eq!(kid.expect_errno("child"), libc::EACCES);
+    assert!(kid.reap().success());
+    assert_eq!(set.get_value(0), Ok(1), "only the parent's +1");
 }
 
 // ---------------------------------------------------------------------------
