@@ -86,8 +86,9 @@ pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
 
-/// The polls this wait may spend (see [`set_sleeper_spin`]).
-fn spin_budget() -> u32 {
+/// The polls this wait may spend (see [`set_sleeper_spin`]); process-shared
+/// sets' sleepers use it too.
+pub(super) fn spin_budget() -> u32 {
     let limit = SLEEPER_SPIN.load(Ordering::Relaxed);
     if limit == 0 {
         return 0;
@@ -106,7 +107,7 @@ fn spin_budget() -> u32 {
 }
 
 /// Records how a wait that polled `budget` times went.
-fn learn(budget: u32, completed_while_polling: bool) {
+pub(super) fn learn(budget: u32, completed_while_polling: bool) {
     let next = if completed_while_polling {
         budget.saturating_mul(2).max(MIN_SPIN)
     } else if budget / 2 < MIN_SPIN {

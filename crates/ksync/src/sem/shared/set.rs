@@ -16,6 +16,7 @@ use super::layout::{
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use crate::futex::wait_shared;
+use crate::sem::queue::{learn, spin_budget};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemError, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
@@ -489,6 +490,22 @@ impl SharedSemSet {
     fn sleep(&self, slot: usize, deadline: Option<Instant>) -> Result<(), SemError> {
         let layout = self.map.layout;
         let status = self.map.word(layout.sleeper(slot, sleeper::STATUS));
+        // Poll first, for the budget this thread learned (as the in-process
+        // sets' sleepers do, `crate::sem::set_sleeper_spin`): a waker on
+        // another CPU often decides the call sooner than a sleep and a
+        // wake-up would take.
+        let spins = spin_budget();
+        for _ in 0..spins {
+            // Pairs with the release store in `Locked`'s drop.
+            if status.load(Ordering::Acquire) == READY {
+                learn(spins, true);
+                return self.collect(slot);
+            }
+            core::hint::spin_loop();
+        }
+        if spins > 0 {
+            learn(spins, false);
+        }
         loop {
             // Pairs with the release store in `Locked`'s drop.
             if status.load(Ordering::Acquire) == READY {
