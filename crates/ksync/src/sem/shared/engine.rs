@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::eval::{adjustment, adjustment_word, evaluate, evaluate_into, value, Eval, Outcome};
+use super::eval::{adjustment, adjustment_word, evaluate_into, value, Eval, Outcome};
 use super::journal::{roll_back, Tx};
 use super::layout::{
     header, proc_slot, sem_word, sleeper, split_owner, NPROC, NSLEEP, READY, SLEEPER_DONE,
@@ -29,6 +29,43 @@ pub(super) struct Locked<'a> {
     touched: Vec<usize>,
     /// Sleeper slots whose results were committed: to publish and wake.
     woken: Vec<usize>,
+    /// The evaluation of the caller's own operations.
+    eval: Eval,
+}
+
+/// The buffers a [`Locked`] works in, kept per thread between calls: a call
+/// on the locked path would otherwise allocate and free several small
+/// vectors, which cost about as much as the rest of the call.
+#[derive(Default)]
+struct Scratch {
+    touched: Vec<usize>,
+    woken: Vec<usize>,
+    eval: Eval,
+}
+
+std::thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// This thread's buffers, empty; fresh ones if they are in use (a call from
+/// a signal handler) or gone (the thread is exiting).
+fn take_scratch() -> Scratch {
+    SCRATCH
+        .try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).ok())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Gives the buffers back, emptied, keeping their capacity.
+fn return_scratch(mut scratch: Scratch) {
+    scratch.touched.clear();
+    scratch.woken.clear();
+    let _ = SCRATCH.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            *s = scratch;
+        }
+    });
 }
 
 impl<'a> Locked<'a> {
@@ -37,11 +74,17 @@ impl<'a> Locked<'a> {
     /// `EINVAL`).
     pub(super) fn enter(map: &'a Arc<Mapping>, me: Me) -> Result<Locked<'a>, SemError> {
         let taken = lock(map, me);
+        let Scratch {
+            touched,
+            woken,
+            eval,
+        } = take_scratch();
         let mut held = Locked {
             map,
             me,
-            touched: Vec::new(),
-            woken: Vec::new(),
+            touched,
+            woken,
+            eval,
         };
         // A journal left open by a live holder means a corrupt file: the
         // last holder committed or died, and a takeover rolls back. Either
@@ -95,18 +138,21 @@ impl<'a> Locked<'a> {
         for sop in sops {
             self.hold_sem(usize::from(sop.num));
         }
-        let eval = evaluate(self.map, sops, self.me.slot);
-        if eval.outcome == Outcome::Done {
+        let mut eval = std::mem::take(&mut self.eval);
+        evaluate_into(self.map, sops, self.me.slot, &mut eval);
+        let outcome = eval.outcome;
+        if outcome == Outcome::Done {
             let mut tx = Tx::begin(self.map);
             self.apply(&mut tx, &eval, self.me.slot, current_pid() as u32);
             tx.commit();
             touch_otime(self.map);
-            if sops.iter().any(|s| s.op != 0) {
+            if sops.iter().any(|s| s.op != 0) && self.map.load(header::QUEUE_HEAD) != 0 {
                 let nums: Vec<usize> = sops.iter().map(|s| usize::from(s.num)).collect();
                 self.update_queue(Some(&nums));
             }
         }
-        eval.outcome
+        self.eval = eval;
+        outcome
     }
 
     /// Queues the caller as a sleeper blocked at operation `blocking`;
@@ -253,6 +299,9 @@ impl<'a> Locked<'a> {
     /// passed: an increment, when one was passed, or a value brought to
     /// zero, when a passed sleeper waits for zero.
     pub(super) fn update_queue(&mut self, changed: Option<&[usize]>) {
+        if self.map.load(header::QUEUE_HEAD) == 0 {
+            return;
+        }
         let Ok(mut queue) = self.queue() else { return };
         let nsems = self.layout().nsems;
         let mut dirty = vec![changed.is_none() as u64 * u64::MAX; nsems.div_ceil(64)];
@@ -603,16 +652,25 @@ impl Drop for Locked<'_> {
                 .store(READY, Ordering::Release);
         }
         unlock(self.map, self.me);
-        // All of them with one io_uring_enter where the kernel allows
-        // (`crate::futex_batch`): the kernel wakes a call's sleepers inside
-        // one semop too.
-        let words: Vec<*const AtomicU32> = self
-            .woken
-            .iter()
-            .map(|&slot| self.map.word(layout.sleeper(slot, sleeper::STATUS)) as *const AtomicU32)
-            .collect();
-        // SAFETY: words of our live mapping, which sleepers wait on.
-        unsafe { wake_all_in(Scope::Shared, &words) };
+        if !self.woken.is_empty() {
+            // All of them with one io_uring_enter where the kernel allows
+            // (`crate::futex_batch`): the kernel wakes a call's sleepers
+            // inside one semop too.
+            let words: Vec<*const AtomicU32> = self
+                .woken
+                .iter()
+                .map(|&slot| {
+                    self.map.word(layout.sleeper(slot, sleeper::STATUS)) as *const AtomicU32
+                })
+                .collect();
+            // SAFETY: words of our live mapping, which sleepers wait on.
+            unsafe { wake_all_in(Scope::Shared, &words) };
+        }
+        return_scratch(Scratch {
+            touched: std::mem::take(&mut self.touched),
+            woken: std::mem::take(&mut self.woken),
+            eval: std::mem::take(&mut self.eval),
+        });
     }
 }
 

@@ -13,7 +13,7 @@ use super::map::Mapping;
 use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMAEM, SEMVMX, SEM_UNDO};
 
 /// What evaluating an operation array decided.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
     /// Every operation can be performed; the new values are in [`Eval`].
     Done,
