@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::{compile, library, run, scratch, Run};
+use support::{compile, library, run, scratch, sets_left, Run};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -133,21 +133,6 @@ fn sets_folder(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&folder);
     folder
-}
-
-/// The set files left in `folder`, then removes it.
-fn sets_left(folder: &Path) -> Vec<String> {
-    let left = std::fs::read_dir(folder)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("sem."))
-                .collect()
-        })
-        .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(folder);
-    left
 }
 
 /// Runs `tests/c/<name>.c` against the kernel, under the shared sets and

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::{library, run, scratch};
+use support::{library, run, scratch, sets_left};
 
 /// Writes past libtest's capture, so a skip is seen without --nocapture.
 fn tell(message: &str) {
@@ -89,16 +89,7 @@ fn stress(label: &str, preload: Option<&Path>, seconds: u64, namespaced: bool) -
         None => command.env_remove("PRELOAD"),
     };
     let result = run(command, &dir, label, Duration::from_secs(seconds + 60));
-    let files_left: Vec<String> = std::fs::read_dir(&folder)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("sem."))
-                .collect()
-        })
-        .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&folder);
+    let files_left = sets_left(&folder);
     let all = format!("{}{}", result.stdout, result.stderr);
     assert!(
         result.status.success(),

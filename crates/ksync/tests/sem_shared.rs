@@ -64,38 +64,9 @@ impl ChildSet {
     fn op(&self, sops: &[SemBuf], timeout: Option<Duration>) -> i32 {
         match self {
             ChildSet::Shared(s) => s.semtimedop(sops, timeout).err().map_or(0, |e| e.errno()),
-            ChildSet::Kernel(id) => {
-                let mut k: Vec<libc::sembuf> = sops
-                    .iter()
-                    .map(|s| libc::sembuf {
-                        sem_num: s.num,
-                        sem_op: s.op,
-                        sem_flg: s.flags,
-                    })
-                    .collect();
-                let ts = timeout.map(|t| libc::timespec {
-                    tv_sec: t.as_secs() as libc::time_t,
-                    tv_nsec: t.subsec_nanos() as libc::c_long,
-                });
-                let tsp = ts
-                    .as_ref()
-                    .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-                // SAFETY: a valid array and timespec for the call.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_semtimedop,
-                        *id as libc::c_long,
-                        k.as_mut_ptr(),
-                        k.len() as libc::c_long,
-                        tsp,
-                    )
-                };
-                if r == 0 {
-                    0
-                } else {
-                    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-                }
-            }
+            ChildSet::Kernel(id) => sem_common::kernel_semtimedop(*id, sops, timeout)
+                .err()
+                .unwrap_or(0),
         }
     }
 

@@ -97,3 +97,18 @@ pub fn run(mut command: Command, dir: &Path, label: &str, limit: Duration) -> Ru
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
     }
 }
+
+/// The set files left in `folder`, then removes it.
+pub fn sets_left(folder: &Path) -> Vec<String> {
+    let left = std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("sem."))
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(folder);
+    left
+}

@@ -105,35 +105,7 @@ impl KernelSet {
     /// `semtimedop(2)` (raw syscall; glibc's wrapper is not in `libc`).
     /// `None` is a NULL timeout, i.e. plain `semop`.
     pub fn semtimedop(&self, sops: &[SemBuf], timeout: Option<Duration>) -> KResult<()> {
-        let mut k = Self::to_kernel(sops);
-        k.push(libc::sembuf {
-            sem_num: 0,
-            sem_op: 0,
-            sem_flg: 0,
-        });
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: `k` holds at least `sops.len()` sembufs, `tsp` is NULL or
-        // points to a live timespec.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_semtimedop,
-                self.id as libc::c_long,
-                k.as_mut_ptr(),
-                sops.len() as libc::c_long,
-                tsp,
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(last_errno())
-        }
+        kernel_semtimedop(self.id, sops, timeout)
     }
 
     fn ctl(&self, num: libc::c_int, cmd: libc::c_int, arg: libc::c_ulong) -> KResult<i32> {
@@ -217,6 +189,45 @@ impl Drop for KernelSet {
             unsafe { libc::semctl(self.id, 0, libc::IPC_RMID, 0 as libc::c_ulong) };
             unregister(self.id);
         }
+    }
+}
+
+/// `semtimedop(2)` on kernel set `id` (raw syscall; glibc's wrapper is not
+/// in `libc`), any nsops; `None` is a NULL timeout, i.e. plain `semop`.
+pub fn kernel_semtimedop(
+    id: libc::c_int,
+    sops: &[SemBuf],
+    timeout: Option<Duration>,
+) -> KResult<()> {
+    let mut k = KernelSet::to_kernel(sops);
+    // One spare element so the pointer is valid even for nsops 0.
+    k.push(libc::sembuf {
+        sem_num: 0,
+        sem_op: 0,
+        sem_flg: 0,
+    });
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `k` holds at least `sops.len()` sembufs, `tsp` is NULL or
+    // points to a live timespec.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_semtimedop,
+            id as libc::c_long,
+            k.as_mut_ptr(),
+            sops.len() as libc::c_long,
+            tsp,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
     }
 }
 

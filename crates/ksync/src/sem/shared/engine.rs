@@ -193,7 +193,7 @@ impl<'a> Locked<'a> {
         for sop in sops {
             let num = usize::from(sop.num);
             let count = self.map.load(layout.waiter_count(num));
-            tx.write(layout.waiter_count(num), count + 1);
+            tx.write(layout.waiter_count(num), count.saturating_add(1));
         }
         tx.write(at(sleeper::STATE), SLEEPER_QUEUED);
         tx.commit();
