@@ -1,7 +1,8 @@
 //! Process-shared System V semaphore sets: [`SharedSemSet`].
 //!
 //! A set is a file in a directory ([`sem_dir`]: `$KSYNC_SEM_DIR`, else
-//! `/dev/shm/ksync-sem`), found by key through a symbolic link, mapped by
+//! `/dev/shm/ksync-sem`, else `/tmp/ksync-sem`), found by key through a
+//! symbolic link, mapped by
 //! every process that opens it. No server: the processes keep the set
 //! consistent among themselves, including when one of them is killed at any
 //! instruction.
@@ -28,9 +29,10 @@
 //!   result from a status word stored after the commit, so a rollback never
 //!   takes back a result somebody returned.
 //! * **The dead's leftovers are adopted by the living** (`engine.rs`,
-//!   `Locked::reap`): before a call would block or fail with
-//!   `EAGAIN`, in every control call, and in every sleeper every 100 ms, the
-//!   lock holder looks for dead slots; their queued sleepers leave the queue
+//!   `Locked::reap`): in every control call, before a call would block or
+//!   fail with `EAGAIN` (at most every 10 ms), and in one sleeper of the set
+//!   every 100 ms (`Locked::sweep`), the lock holder looks for dead slots;
+//!   their queued sleepers leave the queue
 //!   and their undo adjustments are applied as the kernel applies them at
 //!   exit, then the sleepers this enables are completed. A sleeper whose
 //!   units come back through a dead process's undo is woken within 100 ms.
@@ -46,8 +48,12 @@
 //! # How it differs from the kernel's sets
 //!
 //! * Ids are random numbers in `2^30 .. 2^31`; a removed set's id gives
-//!   `EINVAL` to [`SharedSemSet::open_id`] and `EIDRM` through any handle
+//!   `ENOENT` to [`SharedSemSet::open_id`] (the C library answers `EINVAL`,
+//!   as the kernel does for a stale id) and `EIDRM` through any handle
 //!   still open on it.
+//! * A process that may read a set but not write its file waits for zero
+//!   by polling (it cannot queue itself): `GETZCNT` does not count it, and
+//!   its success does not update `GETPID` or the operation time.
 //! * Rights follow the file: a process that cannot open the file for writing
 //!   cannot alter the set, even where its mode would allow it; `IPC_SET`
 //!   changes the file's owner only for root.

@@ -224,9 +224,9 @@ impl SharedSemSet {
         Err(SemError::NoSpace)
     }
 
-    /// The set with id `id` (as [`id`](Self::id) returned in any process);
-    /// `EINVAL` if there is none, as for the kernel's `semctl` on a stale id,
-    /// and `EIDRM` if it was removed.
+    /// The set with id `id` (as [`id`](Self::id) returned in any process):
+    /// `ENOENT` if there is none (a removed set's file is gone at once),
+    /// `EIDRM` if it is being removed, `EINVAL` if the file is not a set.
     pub fn open_id(id: i32) -> Result<SharedSemSet, SemError> {
         let dir = dir::sem_dir();
         let path = dir::set_path(&dir, id);
