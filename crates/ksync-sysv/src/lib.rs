@@ -42,7 +42,9 @@
 //!   the kernel keeps them; and lazily, by the next process that needs the
 //!   set's lock, not at the instant of death.
 //! - The rest of `ksync::sem::shared`'s list: rights follow the file, at
-//!   most 128 processes per set and 1024 sleepers.
+//!   most 128 processes per set and 1024 sleepers, and a `SIGBUS` handler,
+//!   installed when the first set is mapped, that turns a set file shortened
+//!   under the mapping into `EINVAL` and passes every other `SIGBUS` on.
 //!
 //! The crate's tests compile conformance programs written in C, run each
 //! against the kernel, under `LD_PRELOAD` with the shared sets and through

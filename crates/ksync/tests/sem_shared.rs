@@ -243,6 +243,40 @@ fn child_role() {
             say(&format!("child {}", libc::WEXITSTATUS(status)));
             0
         }
+        // id: maps the set (which installs ksync's SIGBUS handler), then
+        // faults on a truncated file of its own: it must die of SIGBUS.
+        "foreign-sigbus" => {
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            assert_eq!(set.get_value(0), Ok(0));
+            let path = std::env::temp_dir().join(format!("ksync-sigbus-{}", std::process::id()));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap();
+            file.set_len(4096).unwrap();
+            // SAFETY: a fresh shared mapping of our own file.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            file.set_len(0).unwrap();
+            let _ = std::fs::remove_file(&path);
+            say("touching");
+            // SAFETY: deliberately reads a page the file no longer backs.
+            let byte = unsafe { std::ptr::read_volatile(p as *const u8) };
+            say(&format!("survived {byte}"));
+            0
+        }
         // side, id, nsems, seed, stop-id: the kill storm's worker, until the
         // stop set's semaphore 0 is non-zero.
         "worker" => {
@@ -806,6 +840,54 @@ fn kill_storm_never_loses_or_invents_a_unit() {
 // ---------------------------------------------------------------------------
 // Hostile files
 // ---------------------------------------------------------------------------
+
+/// A process with write access shortens a set's file under everyone's
+/// mappings: the next access faults, and instead of dying of SIGBUS this
+/// process gets EINVAL from that call and every later one, sleepers
+/// included. (The truncating "process" is this one, through another
+/// descriptor: the mapping cannot tell.)
+#[test]
+fn a_set_truncated_under_its_mapping_gives_einval_not_sigbus() {
+    let _dog = Watchdog::arm("a_set_truncated", Duration::from_secs(60));
+    let set = Shared::new(2);
+    set.set_all(&[1, 2]).unwrap();
+    let id = set.id();
+    let sleeper = std::thread::spawn(move || {
+        let set = SharedSemSet::open_id(id).unwrap();
+        set.semop(&[SemBuf::new(0, -5, 0)])
+    });
+    wait_until("the sleeper queued", || set.ncnt(0) == Ok(1));
+    let path = ksync::sem::shared::sem_dir().join(format!("sem.{id}"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // The first access after the truncation is the lock-free path's.
+    assert_eq!(set.semop(&[SemBuf::new(1, 1, 0)]), Err(SemError::Invalid));
+    assert_eq!(set.get_all(), Err(SemError::Invalid));
+    assert_eq!(
+        set.semop(&[SemBuf::new(1, -1, SEM_UNDO)]),
+        Err(SemError::Invalid)
+    );
+    assert_eq!(sleeper.join().unwrap(), Err(SemError::Invalid));
+    // Other SIGBUSes still get the default action: not checked here (it
+    // would kill the test process); the handler passes them on.
+    let _ = std::fs::remove_file(&path);
+}
+
+/// ksync's SIGBUS handler passes on the faults that are not in a set: a
+/// process that touches a truncated file of its own still dies of SIGBUS.
+#[test]
+fn a_sigbus_outside_any_set_still_kills() {
+    use std::os::unix::process::ExitStatusExt;
+    let set = Shared::new(1);
+    let kid = Kid::spawn("foreign-sigbus", &args(&[&set.id()]));
+    kid.expect("touching");
+    let status = kid.reap();
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
 
 /// Overwrites random words of a set's file with random values and then
 /// uses the set through a new handle and the old one: every call must

@@ -73,6 +73,9 @@ impl<'a> Locked<'a> {
     /// half-done transaction, which is rolled back first (a corrupt journal:
     /// `EINVAL`).
     pub(super) fn enter(map: &'a Arc<Mapping>, me: Me) -> Result<Locked<'a>, SemError> {
+        if map.poisoned() {
+            return Err(SemError::Invalid);
+        }
         let taken = lock(map, me);
         let Scratch {
             touched,

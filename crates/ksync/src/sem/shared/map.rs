@@ -5,7 +5,8 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use super::layout::{header, Layout, MAGIC, VERSION};
+use super::layout::{header, sem_word, Layout, MAGIC, VERSION};
+use super::sigbus;
 use crate::sem::{SemError, SEMMSL};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -26,6 +27,8 @@ pub(super) struct Mapping {
     /// Held by the thread of this process that claims its slot, so that
     /// the others wait for the claim instead of claiming a second slot.
     pub(super) claiming: std::sync::Mutex<()>,
+    /// The mapping's slot in the `SIGBUS` handler's table (`sigbus.rs`).
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping is only ever accessed through atomics.
@@ -55,6 +58,7 @@ impl Mapping {
             return Err(SemError::Invalid);
         }
         map.layout = layout;
+        map.guard_against_truncation();
         Ok(map)
     }
 
@@ -63,7 +67,19 @@ impl Mapping {
     pub(super) fn new_file(fd: OwnedFd, layout: Layout) -> Result<Mapping, SemError> {
         let mut map = Mapping::map(fd, layout.bytes(), true)?;
         map.layout = layout;
+        map.guard_against_truncation();
         Ok(map)
+    }
+
+    /// Registers the mapping with the `SIGBUS` handler (`sigbus.rs`), whose
+    /// fence closes every semaphore word to the lock-free path.
+    fn guard_against_truncation(&mut self) {
+        let fence = sigbus::Fence {
+            at: self.layout.sems,
+            words: self.layout.nsems,
+            value: sem_word::LOCKED | sem_word::SLEEPERS,
+        };
+        self.guard = sigbus::register(self.base.as_ptr() as usize, self.words * 4, fence);
     }
 
     fn map(fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SemError> {
@@ -92,6 +108,7 @@ impl Mapping {
             fd,
             lockers_here: AtomicU32::new(0),
             claiming: std::sync::Mutex::new(()),
+            guard: None,
         })
     }
 
@@ -108,6 +125,13 @@ impl Mapping {
     #[inline]
     pub(super) fn load(&self, i: usize) -> u32 {
         self.word(i).load(Ordering::Acquire)
+    }
+
+    /// Whether the file was truncated under the mapping, which now holds
+    /// private zero pages (`sigbus.rs`): every call fails with `EINVAL`.
+    #[inline]
+    pub(super) fn poisoned(&self) -> bool {
+        sigbus::poisoned(self.guard)
     }
 
     pub(super) fn writable(&self) -> bool {
@@ -135,6 +159,9 @@ pub(super) fn identity(fd: &OwnedFd) -> Result<(u64, u64, usize), SemError> {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(slot) = self.guard {
+            sigbus::unregister(slot);
+        }
         // SAFETY: unmapping exactly what `new` mapped; no reference into it
         // outlives `self`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.words * 4) };

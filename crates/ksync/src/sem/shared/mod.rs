@@ -72,8 +72,10 @@
 //! * At most [`NPROC`] processes (128) may hold a slot in one set
 //!   and [`NSLEEP`] threads (1024) sleep in it at once: `ENOSPC`.
 //! * A file truncated by a process with write access while others have it
-//!   mapped makes their next access fault (`SIGBUS`), as with any shared
-//!   mapping; the file system's permissions are what keep others out.
+//!   mapped would make their next access fault (`SIGBUS`); a handler
+//!   (`sigbus.rs`) turns that into `EINVAL` for every later call on the set
+//!   in that process. It is installed when the first set is mapped and
+//!   passes other `SIGBUS`es on to the handler that was there before.
 
 mod dir;
 mod engine;
@@ -84,6 +86,7 @@ mod lock;
 mod map;
 mod procs;
 mod set;
+mod sigbus;
 
 pub use dir::{sem_dir, set_ids, SEMMNI};
 pub use layout::{NPROC, NSLEEP};

@@ -325,6 +325,9 @@ impl SharedSemSet {
     }
 
     fn check(&self, flag: i32) -> Result<(), SemError> {
+        if self.map.poisoned() {
+            return Err(SemError::Invalid);
+        }
         if !self.permits(flag) || (flag == ALTER && !self.map.writable()) {
             return Err(SemError::Access);
         }
@@ -390,6 +393,28 @@ impl SharedSemSet {
                 return done;
             }
         }
+        let result = self.locked_op(sops, timeout, alter);
+        self.unless_poisoned(result)
+    }
+
+    /// `result`, unless the set's file was truncated under this process's
+    /// mapping meanwhile (`sigbus.rs`): what was read or written then was
+    /// private zero pages, and the answer is `EINVAL`.
+    fn unless_poisoned<T>(&self, result: Result<T, SemError>) -> Result<T, SemError> {
+        if self.map.poisoned() {
+            Err(SemError::Invalid)
+        } else {
+            result
+        }
+    }
+
+    /// The path of every call the lock-free one does not take.
+    fn locked_op(
+        &self,
+        sops: &[SemBuf],
+        timeout: Option<Duration>,
+        alter: bool,
+    ) -> Result<(), SemError> {
         self.check(if alter { ALTER } else { READ })?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         if !self.map.writable() {
@@ -431,6 +456,9 @@ impl SharedSemSet {
     ) -> Result<(), SemError> {
         let mut nap = Duration::from_millis(1);
         loop {
+            if self.map.poisoned() {
+                return Err(SemError::Invalid);
+            }
             if self.is_removed() {
                 return Err(SemError::Removed);
             }
@@ -482,6 +510,10 @@ impl SharedSemSet {
             pid.store(me, Ordering::Relaxed);
         }
         touch_otime(&self.map);
+        // A file truncated under the compare-and-swap faults it; the handler
+        // (`sigbus.rs`) fences every semaphore word on the new pages, so the
+        // restarted compare-and-swap fails and the call takes the locked
+        // path, which says EINVAL.
         Some(Ok(()))
     }
 
@@ -510,6 +542,11 @@ impl SharedSemSet {
             // Pairs with the release store in `Locked`'s drop.
             if status.load(Ordering::Acquire) == READY {
                 return self.collect(slot);
+            }
+            if self.map.poisoned() {
+                // The file is gone from under the mapping: nothing will
+                // ever wake this sleeper.
+                return Err(SemError::Invalid);
             }
             let now = Instant::now();
             let nap = match deadline {
@@ -570,14 +607,17 @@ impl SharedSemSet {
     fn read<T>(&self, f: impl FnOnce(&Mapping) -> Result<T, SemError>) -> Result<T, SemError> {
         self.check(READ)?;
         if !self.map.writable() {
-            return f(&self.map);
+            let result = f(&self.map);
+            return self.unless_poisoned(result);
         }
         let mut held = Locked::enter(&self.map, self.me()?)?;
         held.reap();
         if held.removed() {
             return Err(SemError::Removed);
         }
-        f(&self.map)
+        let result = f(&self.map);
+        drop(held);
+        self.unless_poisoned(result)
     }
 
     fn check_num(&self, num: usize) -> Result<(), SemError> {
@@ -620,7 +660,9 @@ impl SharedSemSet {
         self.check(READ)?;
         let mut held = Locked::enter(&self.map, self.me()?)?;
         held.reap();
-        held.count_sleepers(num, zero)
+        let result = held.count_sleepers(num, zero);
+        drop(held);
+        self.unless_poisoned(result)
     }
 
     /// `SETVAL`: sets semaphore `num` to `value` (0 ..= [`SEMVMX`]), clears
@@ -660,7 +702,8 @@ impl SharedSemSet {
             return Err(SemError::Removed);
         }
         held.set_values(values);
-        Ok(())
+        drop(held);
+        self.unless_poisoned(Ok(()))
     }
 
     /// `IPC_STAT`.
