@@ -7,15 +7,12 @@
 //! the usual case (stress-ng's, glibc's examples, LTP's), lies there. The
 //! bounds come from `pthread_getattr_np` once per thread.
 //!
-//! What this cannot vouch for, and leaves to [`heap`], [`segments`] (static
-//! data) or the checked copies of [`user`] (one system call): any other memory,
+//! What this cannot vouch for, and leaves to the main heap's check
+//! (`heap.rs`), the loaded objects' (`segments.rs`, static data) or the
+//! checked copies that call it (`user.rs`, one system call): any other memory,
 //! another thread's stack, and any call made while running on a stack the
 //! thread's bounds do not describe (a `sigaltstack` signal handler, a
 //! coroutine's stack).
-//!
-//! [`heap`]: crate::heap
-//! [`segments`]: crate::segments
-//! [`user`]: crate::user
 
 use core::cell::Cell;
 
