@@ -624,15 +624,7 @@ fn spawn_workers<B: SemBackend>(shared: &Arc<Shared<B>>, range: Range<usize>) ->
 /// have all left (the parent releases them, or kills this process), and
 /// returns its report for the parent.
 fn child_main<B: SemBackend>(shared: &Arc<Shared<B>>, range: Range<usize>) -> Vec<u8> {
-    // Before the workers exist: see `SemBackend::attach`.
-    let attached = shared.sets.iter().try_for_each(B::attach);
-    let crew = match attached {
-        Ok(()) => spawn_workers(shared, range.clone()),
-        Err(e) => {
-            shared.fail(e);
-            Crew::new()
-        }
-    };
+    let crew = spawn_workers(shared, range.clone());
     let flags = shared.flags();
     flags.spawned.fetch_add(crew.len(), Ordering::AcqRel);
     // Release: the parent that sees every child launched sees every spawn.

@@ -1,18 +1,9 @@
 //! ksync's semaphore sets, `ksync::sem::SemSet`: System V semantics in
 //! user space, with counters and lock statistics.
 
-use super::{SemBackend, SemError, SetCounters, WaitEvents};
+use super::{ksync_failed, SemBackend, SemError, SetCounters, WaitEvents};
 use ksync::sem::{SemBuf, SemSet, IPC_NOWAIT};
 use ksync::stat::LockStatSnapshot;
-
-#[cold]
-#[inline(never)]
-fn failed(e: ksync::sem::SemError, nsops: usize) -> SemError {
-    match e {
-        ksync::sem::SemError::Removed => SemError::Removed,
-        e => SemError::Failed(format!("semop of {nsops} sops: {e}")),
-    }
-}
 
 impl SemBackend for SemSet {
     const SYSV: bool = true;
@@ -30,7 +21,7 @@ impl SemBackend for SemSet {
     fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
         // The conversion stays out of line, so that the measured call is
         // ksync's and not the lab's error formatting.
-        SemSet::semop(self, sops).map_err(|e| failed(e, sops.len()))
+        SemSet::semop(self, sops).map_err(|e| ksync_failed(e, sops.len()))
     }
 
     fn remove(&self) {

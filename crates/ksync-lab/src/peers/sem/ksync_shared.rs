@@ -7,7 +7,7 @@
 //! run leaves no set file behind. `SharedSemSet` itself never removes its
 //! set on drop (other processes may still use it), hence the wrapper.
 
-use super::{SemBackend, SemError};
+use super::{ksync_failed, SemBackend, SemError};
 use ksync::sem::shared::NSLEEP;
 use ksync::sem::{SemBuf, SharedSemSet, IPC_CREAT, IPC_NOWAIT, IPC_PRIVATE};
 
@@ -24,15 +24,6 @@ impl KsyncShared {
     }
 }
 
-#[cold]
-#[inline(never)]
-fn failed(e: ksync::sem::SemError, nsops: usize) -> SemError {
-    match e {
-        ksync::sem::SemError::Removed => SemError::Removed,
-        e => SemError::Failed(format!("semop of {nsops} sops: {e}")),
-    }
-}
-
 impl SemBackend for KsyncShared {
     const SYSV: bool = true;
     const PROCESS_SHARED: bool = true;
@@ -45,11 +36,7 @@ impl SemBackend for KsyncShared {
                 ksync::sem::shared::sem_dir().display()
             )
         })?;
-        let backend = KsyncShared { set };
-        // The creating thread claims the slot before any other thread can
-        // use the set (see `attach`); on an error the set is removed.
-        backend.attach()?;
-        Ok(backend)
+        Ok(KsyncShared { set })
     }
 
     fn op(num: u16, delta: i16, nowait: bool) -> SemBuf {
@@ -59,26 +46,14 @@ impl SemBackend for KsyncShared {
     #[inline]
     fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
         // The conversion stays out of line, as for `SemSet`.
-        self.set.semop(sops).map_err(|e| failed(e, sops.len()))
+        self.set
+            .semop(sops)
+            .map_err(|e| ksync_failed(e, sops.len()))
     }
 
     fn remove(&self) {
         // A second removal fails with Removed; either way the set is gone.
         let _ = self.set.remove();
-    }
-
-    /// Claims this process's slot in the set with a harmless read, from
-    /// one thread, before others use the set. A process's first call claims its slot
-    /// and then, in a second step, clears what a dead predecessor left in
-    /// it (`SharedSemSet::me`); a second thread whose first call falls
-    /// between the two steps queues a sleeper that the clearing then drops,
-    /// and that sleeper is never woken, or wakes on another's result. Claimed
-    /// here, before the workers start, the slot is whole when they use it.
-    fn attach(&self) -> Result<(), String> {
-        self.set
-            .ncnt(0)
-            .map(drop)
-            .map_err(|e| format!("claiming this process's slot in set {}: {e}", self.set.id()))
     }
 
     fn max_sleepers() -> Option<usize> {

@@ -81,14 +81,6 @@ pub trait SemBackend: Send + Sync + Sized + 'static {
         Ok(())
     }
 
-    /// Readies this process to use the set, once, before any of its
-    /// threads do: a process forked after [`create`](Self::create) calls it
-    /// from its one thread, before it starts others (sembench's
-    /// `--processes`).
-    fn attach(&self) -> Result<(), String> {
-        Ok(())
-    }
-
     /// The most threads that may sleep in one set at once, for a backend
     /// whose set has a fixed table of sleepers (`None`: no limit of its own).
     fn max_sleepers() -> Option<usize> {
@@ -282,6 +274,18 @@ impl WaitEvents {
 pub trait SemVisitor {
     type Out;
     fn visit<B: SemBackend>(self) -> Self::Out;
+}
+
+/// A failed ksync `semop` (in-process or shared set) as the lab reports it.
+/// Out of line, so that the measured call is ksync's and not the lab's
+/// error formatting.
+#[cold]
+#[inline(never)]
+fn ksync_failed(e: ksync::sem::SemError, nsops: usize) -> SemError {
+    match e {
+        ksync::sem::SemError::Removed => SemError::Removed,
+        e => SemError::Failed(format!("semop of {nsops} sops: {e}")),
+    }
 }
 
 #[cfg(test)]
