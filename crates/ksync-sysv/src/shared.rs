@@ -202,17 +202,7 @@ impl Backend for SharedSets {
         // (EFAULT), then nsops is checked (E2BIG, then EINVAL for 0), the
         // operations are copied (EFAULT), semid is checked, the timeout's
         // value is checked, and only then is the set looked up.
-        let timeout = match timeout {
-            Some(ptr) => {
-                let mut ts = [timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                }];
-                ptr.read_into(&mut ts)?;
-                Some(ts[0])
-            }
-            None => None,
-        };
+        let timeout = timeout.map(UserPtr::read).transpose()?;
         // The system call takes nsops as an unsigned int: glibc's size_t
         // loses its high half on the way, and so it does here.
         let nsops = nsops as u32 as usize;

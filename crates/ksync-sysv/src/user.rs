@@ -74,18 +74,14 @@ impl<T: Plain> UserPtr<T> {
         self.addr
     }
 
-    /// Copies one `T` in.
+    /// Copies one `T` in, as [`read_into`](Self::read_into) does: directly
+    /// where that is safe, else through the checked copy.
+    #[inline]
     pub fn read(self) -> Result<T, Errno> {
-        let mut value = MaybeUninit::<T>::uninit();
-        transfer(
-            Direction::In,
-            self.addr,
-            value.as_mut_ptr().cast(),
-            size_of::<T>(),
-        )?;
-        // SAFETY: `transfer` filled all `size_of::<T>()` bytes, and `T: Plain`
-        // accepts any bit pattern.
-        Ok(unsafe { value.assume_init() })
+        // SAFETY: `T: Plain` accepts any bit pattern, all-zero included.
+        let mut value = [unsafe { MaybeUninit::<T>::zeroed().assume_init() }];
+        self.read_into(&mut value)?;
+        Ok(value[0])
     }
 
     /// Copies `len` `T`s in.
