@@ -121,13 +121,6 @@ impl Creds {
             mode & 7
         }
     }
-
-    /// `ipcperms`: whether every `rwx` bit of `flag`'s nine mode bits is
-    /// granted (for any class), or the caller is privileged.
-    fn permits(&self, map: &Mapping, flag: i32) -> bool {
-        let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
-        self.privileged() || requested & !self.granted(map) == 0
-    }
 }
 
 /// Read permission, for `IPC_STAT` and the `GET` commands.
@@ -204,7 +197,7 @@ impl SharedSemSet {
                     if nsems > set.nsems() {
                         return Err(SemError::Invalid);
                     }
-                    if !Creds::current().permits(&set.map, flags & 0o777) {
+                    if !set.permits(flags & 0o777) {
                         return Err(SemError::Access);
                     }
                     return Ok(set);
@@ -312,6 +305,8 @@ impl SharedSemSet {
                 };
             self.rights.store(rights, Ordering::Relaxed);
         }
+        // The kernel's `ipcperms`: every `rwx` bit of the flag's nine mode
+        // bits (for any class) must be granted, unless privileged.
         let requested = ((flag >> 6) | (flag >> 3) | flag) as u64 & 7;
         rights & RIGHTS_PRIVILEGED != 0 || requested & !rights & 7 == 0
     }
