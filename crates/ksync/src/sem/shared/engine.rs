@@ -541,7 +541,7 @@ impl<'a> Locked<'a> {
         if self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE {
             bump(self.map, header::REAPED);
         }
-        self.drop_sleepers_of(|owner| owner == slot);
+        self.drop_sleepers_where(|_, owner, _| owner == slot);
         let adjs: Vec<(usize, i32)> = (0..layout.nsems)
             .filter_map(|num| {
                 let adj = adjustment(self.map, slot, num);
@@ -568,33 +568,23 @@ impl<'a> Locked<'a> {
     /// slot was freed, or taken by a later process).
     fn drop_orphan_sleepers(&mut self) {
         let layout = *self.layout();
-        let map = Arc::clone(self.map);
-        let dead = move |owner_slot: usize, gen: u32| {
-            map.load(layout.proc(owner_slot, proc_slot::STATE)) != SLOT_LIVE
-                || map.load(layout.proc(owner_slot, proc_slot::GEN)) & super::layout::GEN_MASK
-                    != gen
-        };
-        for slot in 0..NSLEEP {
-            let state = self.map.load(layout.sleeper(slot, sleeper::STATE));
-            if state == SLEEPER_FREE {
-                continue;
-            }
-            let (owner, gen) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
-            if owner < NPROC && !dead(owner, gen) {
-                continue;
-            }
-            self.drop_sleeper(slot);
-        }
+        self.drop_sleepers_where(|map, owner, gen| {
+            owner >= NPROC
+                || map.load(layout.proc(owner, proc_slot::STATE)) != SLOT_LIVE
+                || map.load(layout.proc(owner, proc_slot::GEN)) & super::layout::GEN_MASK != gen
+        });
     }
 
-    fn drop_sleepers_of(&mut self, owner_is: impl Fn(usize) -> bool) {
+    /// Drops every sleeper whose owner word, `(process slot, incarnation)`,
+    /// `dead` says belongs to a dead process.
+    fn drop_sleepers_where(&mut self, dead: impl Fn(&Mapping, usize, u32) -> bool) {
         let layout = *self.layout();
         for slot in 0..NSLEEP {
             if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_FREE {
                 continue;
             }
-            let (owner, _) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
-            if owner_is(owner) {
+            let (owner, gen) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
+            if dead(self.map, owner, gen) {
                 self.drop_sleeper(slot);
             }
         }
