@@ -98,13 +98,7 @@ impl<T: Send + 'static> Crew<T> {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| "a benchmark thread panicked".to_string())
-            })
-            .collect()
+        self.join()
     }
 }
 
