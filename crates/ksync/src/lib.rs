@@ -46,6 +46,8 @@ pub(crate) mod sync;
 
 pub mod relax;
 
+pub(crate) mod prefetch;
+
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod futex;
 #[cfg(any(feature = "std", loom))]

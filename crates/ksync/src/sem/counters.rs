@@ -7,16 +7,26 @@ use crate::sync::Ordering;
 
 /// Event counters of one lock's domain, summed by readers. The first four
 /// are written only by that lock's holder ([`bump`](Counters::bump): a load
-/// and a store, no locked instruction); the others by threads that do not
-/// hold it, a waiting locker, a sleeper, a waker after its unlock
-/// ([`add`](Counters::add), an atomic add on a path that is about to make or
-/// has just made a system call, or spins).
+/// and a store, no locked instruction); the others ([`Outside`]) by threads
+/// that do not hold it.
 #[derive(Default)]
 pub(super) struct Counters {
     pub(super) attempts: CounterU64,
     pub(super) visited: CounterU64,
     pub(super) wakeups: CounterU64,
     pub(super) futex_wakes: CounterU64,
+    pub(super) outside: Outside,
+}
+
+/// The counters written without the lock: by a waiting locker, a sleeper
+/// after it woke, a waker after its unlock ([`add`](Counters::add), an
+/// atomic add on a path that is about to make or has just made a system
+/// call, or spins). On a line of their own: a woken sleeper adding its
+/// polls would otherwise take the line its waker writes under the lock, and
+/// the next waker would miss on it.
+#[derive(Default)]
+#[repr(align(64))]
+pub(super) struct Outside {
     pub(super) lock_waits: CounterU64,
     pub(super) polls: CounterU64,
     pub(super) parks: CounterU64,
@@ -42,10 +52,10 @@ impl Counters {
         sum.visited += self.visited.load(Ordering::Relaxed);
         sum.wakeups += self.wakeups.load(Ordering::Relaxed);
         sum.futex_wakes += self.futex_wakes.load(Ordering::Relaxed);
-        sum.lock_waits += self.lock_waits.load(Ordering::Relaxed);
-        sum.polls += self.polls.load(Ordering::Relaxed);
-        sum.parks += self.parks.load(Ordering::Relaxed);
-        sum.wake_calls += self.wake_calls.load(Ordering::Relaxed);
+        sum.lock_waits += self.outside.lock_waits.load(Ordering::Relaxed);
+        sum.polls += self.outside.polls.load(Ordering::Relaxed);
+        sum.parks += self.outside.parks.load(Ordering::Relaxed);
+        sum.wake_calls += self.outside.wake_calls.load(Ordering::Relaxed);
     }
 }
 
@@ -90,10 +100,10 @@ mod tests {
         Counters::bump(&b.attempts, 1);
         Counters::bump(&b.wakeups, 2);
         Counters::bump(&b.futex_wakes, 1);
-        Counters::add(&a.polls, 16);
-        Counters::add(&b.parks, 1);
-        Counters::add(&b.wake_calls, 1);
-        Counters::add(&a.lock_waits, 2);
+        Counters::add(&a.outside.polls, 16);
+        Counters::add(&b.outside.parks, 1);
+        Counters::add(&b.outside.wake_calls, 1);
+        Counters::add(&a.outside.lock_waits, 2);
         let mut sum = SemCounters::default();
         a.add_to(&mut sum);
         b.add_to(&mut sum);

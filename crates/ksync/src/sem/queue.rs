@@ -118,10 +118,15 @@ pub(super) fn learn(budget: u32, completed_while_polling: bool) {
     SPIN_BUDGET.with(|b| b.set((next, 0)));
 }
 
-/// One blocked `semop` call.
+/// One blocked `semop` call, alone on its cache line: a waker reads it and
+/// swaps its status with one miss.
+#[repr(align(64))]
 pub(super) struct Sleeper {
     /// See the module documentation.
     pub(super) status: AtomicU32,
+    /// The operation of a single-operation call, copied here so that its
+    /// waker reads one line, not the caller's slice as well.
+    one: SemBuf,
     sops: *const SemBuf,
     nsops: usize,
     undo: *const UndoEntry,
@@ -141,6 +146,7 @@ impl Sleeper {
     ) -> Self {
         Sleeper {
             status: AtomicU32::new(PENDING),
+            one: sops[0],
             sops: sops.as_ptr(),
             nsops: sops.len(),
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
@@ -156,6 +162,9 @@ impl Sleeper {
     /// The node is queued (or is the caller's own), so its owner is still
     /// inside the call and the slice it points to is alive.
     pub(super) unsafe fn sops(&self) -> &[SemBuf] {
+        if self.nsops == 1 {
+            return core::slice::from_ref(&self.one);
+        }
         // SAFETY: per the caller's contract the owner's slice is alive.
         unsafe { core::slice::from_raw_parts(self.sops, self.nsops) }
     }
@@ -259,6 +268,11 @@ impl NodeRef {
         // SAFETY: per the caller's contract the owner is still blocked in its
         // call, so its frame and the node in it are alive.
         unsafe { self.0.as_ref() }
+    }
+
+    /// The node's address, for a prefetch (which may touch a dead node).
+    pub(super) fn as_ptr(self) -> *const Sleeper {
+        self.0.as_ptr()
     }
 }
 

@@ -41,6 +41,7 @@
 use core::cell::Cell;
 
 use crate::futex;
+use crate::prefetch;
 use crate::relax::cpu_relax;
 use crate::spin_budget::SpinTimer;
 use crate::sync::Ordering;
@@ -66,6 +67,10 @@ pub(super) struct LockedSems {
     nums: Nums,
     /// One per semaphore, in the same order: the holder's copy of its value.
     values: Values,
+    /// Where the last lookup found its semaphore: a call's operations are
+    /// mostly looked up in ascending order, each twice (read, then write),
+    /// so the next lookup is usually here or just after.
+    last: Cell<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +117,7 @@ impl LockedSems {
                 nums,
             },
             values: Values::Few([const { Cell::new(0) }; FEW]),
+            last: Cell::new(0),
         }
     }
 
@@ -124,6 +130,7 @@ impl LockedSems {
         LockedSems {
             nums: Nums::Many(nums),
             values: Values::Many(values),
+            last: Cell::new(0),
         }
     }
 
@@ -143,7 +150,17 @@ impl LockedSems {
 
     fn index(&self, num: usize) -> Option<usize> {
         let num = u16::try_from(num).ok()?;
-        self.as_slice().binary_search(&num).ok()
+        let nums = self.as_slice();
+        let last = self.last.get();
+        let at = if nums.get(last) == Some(&num) {
+            last
+        } else if nums.get(last + 1) == Some(&num) {
+            last + 1
+        } else {
+            nums.binary_search(&num).ok()?
+        };
+        self.last.set(at);
+        Some(at)
     }
 
     pub(super) fn contains(&self, num: usize) -> bool {
@@ -180,7 +197,15 @@ impl SetShared {
     /// Takes the lock of every semaphore in `sems`, in order, and copies
     /// their values. On [`Diverted`] nothing is held.
     pub(super) fn lock_sems(&self, sems: &LockedSems) -> Result<(), Diverted> {
-        for (i, &num) in sems.as_slice().iter().enumerate() {
+        let nums = sems.as_slice();
+        if nums.len() > 2 {
+            // Each compare-and-swap below waits for its line before the
+            // next can start; asked for together, the misses overlap.
+            for &num in nums {
+                prefetch::for_write(&self.sems[usize::from(num)].word);
+            }
+        }
+        for (i, &num) in nums.iter().enumerate() {
             match self.lock_sem(usize::from(num)) {
                 Ok(value) => sems.cell(i).set(value as u16),
                 Err(diverted) => {
@@ -237,7 +262,7 @@ impl SetShared {
         let mut timer = SpinTimer::one_switch();
         // Once we slept we take the lock with CONTENDED: others may sleep too.
         let mut slept = false;
-        Counters::add(&sem.counters.lock_waits, 1);
+        Counters::add(&sem.counters.outside.lock_waits, 1);
         let mut current = sem.word.load(Ordering::Relaxed);
         loop {
             if current & (GLOBAL | REMOVED) != 0 {
@@ -425,7 +450,14 @@ mod tests {
             waiter.join().unwrap();
         });
         assert_eq!(set.sems[1].word.load(Ordering::Relaxed), 0);
-        assert_eq!(set.sems[1].counters.lock_waits.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            set.sems[1]
+                .counters
+                .outside
+                .lock_waits
+                .load(Ordering::Relaxed),
+            1
+        );
     }
 
     #[test]
@@ -463,7 +495,12 @@ mod tests {
                 })
                 .collect();
             crate::test_common::wait_until("both lockers waited", || {
-                set.sems[0].counters.lock_waits.load(Ordering::Relaxed) == 2
+                set.sems[0]
+                    .counters
+                    .outside
+                    .lock_waits
+                    .load(Ordering::Relaxed)
+                    == 2
                     && set.sems[0].word.load(Ordering::Relaxed) & CONTENDED != 0
             });
             // Global mode waits for the holder, then takes the word.
@@ -518,7 +555,13 @@ mod tests {
             });
             let locker_tid = tid.recv().unwrap();
             crate::test_common::wait_until("the locker asleep behind it", || {
-                set.sems[0].counters.lock_waits.load(Ordering::Relaxed) == 1 && asleep(locker_tid)
+                set.sems[0]
+                    .counters
+                    .outside
+                    .lock_waits
+                    .load(Ordering::Relaxed)
+                    == 1
+                    && asleep(locker_tid)
             });
             set.unlock_sems(&one, |_| false);
             entry.join().unwrap();

@@ -1,0 +1,29 @@
+//! Asking the CPU for a cache line before it is needed.
+//!
+//! A call that touches many semaphores, each last written by a sleeper on
+//! another CPU, pays one cache miss per semaphore word and per sleeper node
+//! if it reaches them one after the other: a locked compare-and-swap or a
+//! load whose result picks the next address cannot start before the one
+//! before it ends. Asking for all of those lines first lets the misses
+//! overlap. A prefetch is a hint: it changes no value and orders nothing.
+
+/// Asks for the cache line holding `p`, for writing: it arrives owned, so
+/// the compare-and-swap or store that follows needs no second trip. Where
+/// the CPU has no such instruction, nothing happens.
+#[inline(always)]
+pub(crate) fn for_write<T>(p: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: PREFETCHW only hints the cache; it never faults, even on an
+    // unmapped address, and writes no register or memory. CPUs without it
+    // execute the encoding as a no-op (0F 0D is a reserved NOP).
+    unsafe {
+        core::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
+    // SAFETY: PRFM is a hint that never faults and writes nothing.
+    unsafe {
+        core::arch::asm!("prfm pstl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(any(loom, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    let _ = p;
+}
