@@ -63,10 +63,13 @@
 //!   in sembench is one context switch per wake-up, which the kernel pays too
 //!   (BENCHMARKS.md).
 //! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
-//!   first polls its status word, for a budget each thread learns
-//!   ([`set_sleeper_spin`]), and only then sleeps; a waker only makes a futex
-//!   call for a sleeper that really went to sleep. When the wake-up comes
-//!   while the sleeper still polls, neither side enters the kernel at all.
+//!   polls for a budget each thread learns ([`set_sleeper_spin`]), and only
+//!   then sleeps; a waker only makes a futex call for a sleeper that really
+//!   went to sleep. When the wake-up comes while the sleeper still polls,
+//!   neither side enters the kernel at all. A single operation polls its
+//!   semaphore's word before it queues, so a post that comes meanwhile is an
+//!   uncontended compare-and-swap for both (`SetShared::poll_lock_free`);
+//!   other calls poll their status word once queued.
 //! * **Locks that sleep** (`sem_lock.rs`, [`RawSemLock`]): threads usually
 //!   outnumber cores, and a preempted spinlock holder would stall everyone,
 //!   so a locker spins for about one context switch and then sleeps.

@@ -66,13 +66,15 @@ use lock_api::RawMutex;
 use super::counters::Counters;
 use super::error::SemError;
 use super::lock::GlobalLock;
-use super::queue::WaitList;
+use super::queue::{learn, spin_budget, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
 use super::word::{self, LockFree, GLOBAL, LOCKED};
 use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
+use crate::relax::cpu_relax;
 use crate::sync::Ordering;
+use std::time::Instant;
 
 type GlobalGuard = <GlobalLock as RawMutex>::Guard;
 
@@ -287,6 +289,64 @@ impl SetShared {
     /// wait list: a single operation on a quiet semaphore (no lock at all,
     /// [`try_lock_free`](Self::try_lock_free)), or a few operations on quiet
     /// semaphores ([`try_quiet`](Self::try_quiet)). `None`: the full path.
+    /// Whether a blocked single operation `sop` polls its semaphore's word
+    /// before it queues ([`poll_lock_free`](Self::poll_lock_free)): one
+    /// that could be done lock-free, blocking and without `SEM_UNDO`.
+    pub(super) fn polls_before_queueing(&self, sop: &SemBuf) -> bool {
+        sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0 && usize::from(sop.num) < self.nsems()
+    }
+
+    /// Polls a blocked single operation's word, for this thread's learned
+    /// budget (`queue::spin_budget`), and does the operation lock-free as
+    /// soon as the value allows it. `None`: the budget ran out, `deadline`
+    /// passed, or a flag appeared (a sleeper queued first, whose turn comes
+    /// first); the caller queues and sleeps at once.
+    ///
+    /// Polling here, not after queueing, is what lets a post that arrives
+    /// within the poll be caught: a post that finds the caller queued must
+    /// take the semaphore's lock and complete it, while one that finds it
+    /// polling is the same single compare-and-swap as an uncontended post.
+    /// It also teaches the budget what it should: the posts that come early
+    /// count as polls that succeeded (sembench `-t 8`, BENCHMARKS.md). A
+    /// poller is not yet a sleeper: GETNCNT does not count it, as the kernel
+    /// does not count a caller that has not gone to sleep yet.
+    pub(super) fn poll_lock_free(
+        &self,
+        sop: &SemBuf,
+        deadline: Option<Instant>,
+    ) -> Option<Result<(), SemError>> {
+        debug_assert!(self.polls_before_queueing(sop));
+        let num = usize::from(sop.num);
+        let word = &self.sems[num].word;
+        let budget = spin_budget();
+        let mut polls = 0;
+        let done = loop {
+            if polls == budget {
+                break None;
+            }
+            polls += 1;
+            cpu_relax();
+            match word::lock_free_step(word.load(Ordering::Relaxed), sop.op) {
+                LockFree::Locked => break None,
+                LockFree::WouldBlock => {}
+                _ => {
+                    if let Some(done) = self.try_lock_free(sop) {
+                        break Some(done);
+                    }
+                }
+            }
+            // Reading the clock costs more than a poll: only now and then.
+            if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                break None;
+            }
+        };
+        if polls > 0 {
+            Counters::add(&self.sems[num].counters.outside.polls, u64::from(polls));
+            learn(budget, done.is_some());
+        }
+        done
+    }
+
     #[inline]
     pub(super) fn try_fast(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
         match sops.len() {
@@ -516,6 +576,73 @@ mod tests {
         set.unlock(held);
         assert_eq!((flags(set, 0), flags(set, 1)), (0, 0));
         assert!(matches!(set.lock_one(1), Held::Sems(_)));
+    }
+
+    /// The polls counted on semaphore `num`.
+    fn polls(set: &SetShared, num: usize) -> u64 {
+        set.sems[num].counters.outside.polls.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_poller_takes_a_post_that_is_already_there() {
+        let set = SemSet::new(1).unwrap();
+        set.set_value(0, 2).unwrap();
+        let set = set.shared();
+        let down = SemBuf::new(0, -1, 0);
+        assert!(set.polls_before_queueing(&down));
+        assert_eq!(set.poll_lock_free(&down, None), Some(Ok(())));
+        assert_eq!(set.word_value(0), 1);
+        assert!(polls(set, 0) >= 1);
+    }
+
+    #[test]
+    fn a_poller_never_overtakes_a_queued_sleeper() {
+        // A +1 arrives while a sleeper is queued: it completes the sleeper,
+        // and only then could a newcomer's decrement succeed. The poller
+        // sees the flag the queue left and gives up at once (a poller that
+        // ignored it would take the unit meant for the sleeper).
+        let set = SemSet::new(1).unwrap();
+        let set = set.shared();
+        let held = set.lock_one(0);
+        let queued = Sleeper::new(&[SemBuf::new(0, -1, 0)], None, 0, false);
+        set.with_sem_lists(&held, 0, |l| l.alter.push_back(NodeRef::new(&queued)));
+        // The value the waker would hand to the sleeper, not yet handed.
+        set.set_value(&held, 0, 1);
+        set.unlock(held);
+        assert_ne!(flags(set, 0), 0, "the queue shows in the word");
+        assert_eq!(set.poll_lock_free(&SemBuf::new(0, -1, 0), None), None);
+        assert_eq!(set.word_value(0), 1, "the poller took nothing");
+        assert_eq!(polls(set, 0), 1, "one look, then it queues");
+        let held = set.lock_one(0);
+        set.with_sem_lists(&held, 0, |l| l.alter.clear());
+        set.unlock(held);
+    }
+
+    #[test]
+    fn a_poller_that_finds_nothing_gives_up_and_polls_less_next_time() {
+        std::thread::spawn(|| {
+            let set = SemSet::new(1).unwrap();
+            let set = set.shared();
+            let down = SemBuf::new(0, -1, 0);
+            // A fresh thread's budget, doubled by one wait that succeeded.
+            let budget = 2 * spin_budget();
+            learn(budget / 2, true);
+            assert_eq!(set.poll_lock_free(&down, None), None);
+            assert_eq!(polls(set, 0), u64::from(budget));
+            assert!(spin_budget() < budget);
+            assert_eq!(set.word_value(0), 0);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn undo_and_nowait_operations_do_not_poll_the_word() {
+        let set = SemSet::new(1).unwrap();
+        let set = set.shared();
+        assert!(!set.polls_before_queueing(&SemBuf::new(0, -1, SEM_UNDO)));
+        assert!(!set.polls_before_queueing(&SemBuf::new(0, -1, IPC_NOWAIT)));
+        assert!(!set.polls_before_queueing(&SemBuf::new(1, -1, 0)));
     }
 
     #[test]

@@ -26,7 +26,9 @@
 //!
 //! The owner spins on the word for a short while before it parks, and the
 //! waker makes a futex call only for an owner that parked, so a sleeper woken
-//! within its spin costs no system call on either side.
+//! within its spin costs no system call on either side. (A single operation
+//! spends that spin before it queues instead, on its semaphore's word: see
+//! `SetShared::poll_lock_free`.)
 //!
 //! A sleeper whose deadline passes takes the set's lock again and reads its
 //! status under it: a result there wins; otherwise it is still queued, and it
@@ -69,8 +71,10 @@ std::thread_local! {
     static SPIN_BUDGET: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((MIN_SPIN, 0)) };
 }
 
-/// Sets the most times a blocked `semop` polls its status word before it
-/// sleeps in the kernel, for every set in the process. 0 sleeps at once.
+/// Sets the most times a blocked `semop` polls before it sleeps in the
+/// kernel, for every set in the process: a single operation polls its
+/// semaphore's value before it queues, other calls their status word once
+/// queued. 0 sleeps at once.
 ///
 /// A poll is one `cpu_relax` (a few to tens of nanoseconds: 24 ns on the
 /// machine BENCHMARKS.md describes). A sleeper completed while it still polls
@@ -182,9 +186,12 @@ impl Sleeper {
     /// Waits until a waker delivers a result or `deadline` passes. The
     /// result's `status` holds the status word if it holds a result, `None`
     /// on time-out (the node may still be queued: the caller settles that
-    /// under the lock).
-    pub(super) fn wait(&self, deadline: Option<Instant>) -> Waited {
-        let spins = spin_budget();
+    /// under the lock). `polled`: the caller already spent this wait's polls
+    /// before it queued, so it sleeps at once.
+    pub(super) fn wait(&self, deadline: Option<Instant>, polled: bool) -> Waited {
+        // A caller that polled its semaphore's word before it queued spent
+        // this wait's budget there (`SetShared::poll_lock_free`).
+        let spins = if polled { 0 } else { spin_budget() };
         let mut waited = Waited::default();
         // Every acquire load of `status` here pairs with the release swap in
         // `Wakeups::deliver`: a result read is the waker's whole operation.

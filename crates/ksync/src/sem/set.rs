@@ -206,6 +206,16 @@ impl SemSet {
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
+        // A single operation polls its word before it queues; it then
+        // sleeps at once, without polling its status word as well.
+        let polled = sops.len() == 1
+            && timeout != Some(Duration::ZERO)
+            && set.polls_before_queueing(&sops[0]);
+        if polled {
+            if let Some(done) = set.poll_lock_free(&sops[0], deadline) {
+                return done;
+            }
+        }
         let mut held = set.lock_for(sops);
         let blocked_at = loop {
             if set.is_deleted() {
@@ -248,7 +258,7 @@ impl SemSet {
         set.enqueue(&held, sops, scan.alter, node);
         set.unlock(held);
 
-        let waited = sleeper.wait(deadline);
+        let waited = sleeper.wait(deadline, polled);
         set.count_wait(sops, &waited);
         if let Some(status) = waited.status {
             return decode(status);
