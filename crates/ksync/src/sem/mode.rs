@@ -285,10 +285,6 @@ impl SetShared {
             .with(|l| unsafe { !(*l).alter.is_empty() || !(*l).zero.is_empty() })
     }
 
-    /// The calls that may finish without queueing anybody or looking at a
-    /// wait list: a single operation on a quiet semaphore (no lock at all,
-    /// [`try_lock_free`](Self::try_lock_free)), or a few operations on quiet
-    /// semaphores ([`try_quiet`](Self::try_quiet)). `None`: the full path.
     /// Whether a blocked single operation `sop` polls its semaphore's word
     /// before it queues ([`poll_lock_free`](Self::poll_lock_free)): one
     /// that could be done lock-free, blocking and without `SEM_UNDO`.
@@ -347,6 +343,10 @@ impl SetShared {
         done
     }
 
+    /// The calls that may finish without queueing anybody or looking at a
+    /// wait list: a single operation on a quiet semaphore (no lock at all,
+    /// [`try_lock_free`](Self::try_lock_free)), or a few operations on quiet
+    /// semaphores ([`try_quiet`](Self::try_quiet)). `None`: the full path.
     #[inline]
     pub(super) fn try_fast(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
         match sops.len() {

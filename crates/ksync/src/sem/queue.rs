@@ -150,7 +150,7 @@ impl Sleeper {
     ) -> Self {
         Sleeper {
             status: AtomicU32::new(PENDING),
-            one: sops[0],
+            one: sops.first().copied().unwrap_or_default(),
             sops: sops.as_ptr(),
             nsops: sops.len(),
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),

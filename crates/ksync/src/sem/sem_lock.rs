@@ -401,6 +401,15 @@ mod tests {
         nums.iter().map(|&n| SemBuf::new(n, 1, 0)).collect()
     }
 
+    /// The lock waits counted on semaphore `num`.
+    fn lock_waits(set: &SetShared, num: usize) -> u64 {
+        set.sems[num]
+            .counters
+            .outside
+            .lock_waits
+            .load(Ordering::Relaxed)
+    }
+
     #[test]
     fn semaphores_are_locked_distinct_and_ascending() {
         assert_eq!(LockedSems::of(&sops(&[3, 1, 3, 0])).as_slice(), [0, 1, 3]);
@@ -450,14 +459,7 @@ mod tests {
             waiter.join().unwrap();
         });
         assert_eq!(set.sems[1].word.load(Ordering::Relaxed), 0);
-        assert_eq!(
-            set.sems[1]
-                .counters
-                .outside
-                .lock_waits
-                .load(Ordering::Relaxed),
-            1
-        );
+        assert_eq!(lock_waits(set, 1), 1);
     }
 
     #[test]
@@ -495,13 +497,7 @@ mod tests {
                 })
                 .collect();
             crate::test_common::wait_until("both lockers waited", || {
-                set.sems[0]
-                    .counters
-                    .outside
-                    .lock_waits
-                    .load(Ordering::Relaxed)
-                    == 2
-                    && set.sems[0].word.load(Ordering::Relaxed) & CONTENDED != 0
+                lock_waits(set, 0) == 2 && set.sems[0].word.load(Ordering::Relaxed) & CONTENDED != 0
             });
             // Global mode waits for the holder, then takes the word.
             let global = s.spawn(|| set.enter_global(0));
@@ -555,13 +551,7 @@ mod tests {
             });
             let locker_tid = tid.recv().unwrap();
             crate::test_common::wait_until("the locker asleep behind it", || {
-                set.sems[0]
-                    .counters
-                    .outside
-                    .lock_waits
-                    .load(Ordering::Relaxed)
-                    == 1
-                    && asleep(locker_tid)
+                lock_waits(set, 0) == 1 && asleep(locker_tid)
             });
             set.unlock_sems(&one, |_| false);
             entry.join().unwrap();
