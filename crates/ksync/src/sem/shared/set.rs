@@ -18,7 +18,7 @@ use super::procs::{registry, Me};
 use crate::futex::wait_shared;
 use crate::sem::queue::{learn, spin_budget};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
-use crate::sem::{SemBuf, SemError, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 
 /// `semget` key for a set no other call can find by key.
@@ -383,13 +383,61 @@ impl SharedSemSet {
             return Err(SemError::FileTooBig);
         }
         let alter = sops.iter().any(|s| s.op != 0);
+        let mut polled = false;
         if sops.len() == 1 && sops[0].flags & SEM_UNDO == 0 && alter {
             if let Some(done) = self.try_fast(sops[0]) {
                 return done;
             }
+            if sops[0].flags & IPC_NOWAIT == 0 && timeout != Some(Duration::ZERO) {
+                if let Some(done) = self.poll_fast(sops[0], timeout) {
+                    return done;
+                }
+                polled = true;
+            }
         }
-        let result = self.locked_op(sops, timeout, alter);
+        let result = self.locked_op(sops, timeout, alter, polled);
         self.unless_poisoned(result)
+    }
+
+    /// Polls a blocked single operation's word before it queues, for the
+    /// budget this thread learned, and does the operation lock-free as soon
+    /// as the value allows it; as the in-process sets do
+    /// (`SetShared::poll_lock_free`), and for the same reason: a post that
+    /// comes meanwhile is one compare-and-swap on both sides, without the
+    /// set's lock. `None`: the budget ran out, the time-out came, or a
+    /// sleeper queued first (whose turn comes first).
+    fn poll_fast(&self, sop: SemBuf, timeout: Option<Duration>) -> Option<Result<(), SemError>> {
+        let word = self.map.word(self.map.layout.sem(usize::from(sop.num)));
+        let start = timeout.map(|_| Instant::now());
+        let budget = spin_budget();
+        let mut polls = 0;
+        let done = loop {
+            if polls == budget {
+                break None;
+            }
+            polls += 1;
+            core::hint::spin_loop();
+            let w = word.load(Ordering::Relaxed);
+            if w & sem_word::SLEEPERS != 0 {
+                break None;
+            }
+            // Under LOCKED alone the lock holder works on the value (a post,
+            // perhaps): wait it out. Otherwise try once the value allows it.
+            let value = (w & sem_word::VALUE) as i32 + i32::from(sop.op);
+            if w & sem_word::LOCKED == 0 && value >= 0 {
+                if let Some(done) = self.try_fast(sop) {
+                    break Some(done);
+                }
+            }
+            // Reading the clock costs more than a poll: only now and then.
+            if polls % 64 == 0 && start.zip(timeout).is_some_and(|(s, t)| s.elapsed() >= t) {
+                break None;
+            }
+        };
+        if polls > 0 {
+            learn(budget, done.is_some());
+        }
+        done
     }
 
     /// `result`, unless the set's file was truncated under this process's
@@ -409,6 +457,7 @@ impl SharedSemSet {
         sops: &[SemBuf],
         timeout: Option<Duration>,
         alter: bool,
+        polled: bool,
     ) -> Result<(), SemError> {
         self.check(if alter { ALTER } else { READ })?;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -435,7 +484,7 @@ impl SharedSemSet {
         };
         let slot = held.enqueue(sops, blocking)?;
         drop(held);
-        self.sleep(slot, deadline)
+        self.sleep(slot, deadline, polled)
     }
 
     /// Wait-for-zero operations by a process that may read the set but not
@@ -513,15 +562,16 @@ impl SharedSemSet {
     }
 
     /// Waits in sleeper slot `slot` until a waker publishes the result, the
-    /// deadline passes, or the set is removed.
-    fn sleep(&self, slot: usize, deadline: Option<Instant>) -> Result<(), SemError> {
+    /// deadline passes, or the set is removed. `polled`: the caller spent
+    /// this wait's polls before it queued (`poll_fast`), so it sleeps at once.
+    fn sleep(&self, slot: usize, deadline: Option<Instant>, polled: bool) -> Result<(), SemError> {
         let layout = self.map.layout;
         let status = self.map.word(layout.sleeper(slot, sleeper::STATUS));
         // Poll first, for the budget this thread learned (as the in-process
         // sets' sleepers do, `crate::sem::set_sleeper_spin`): a waker on
         // another CPU often decides the call sooner than a sleep and a
         // wake-up would take.
-        let spins = spin_budget();
+        let spins = if polled { 0 } else { spin_budget() };
         for _ in 0..spins {
             // Pairs with the release store in `Locked`'s drop.
             if status.load(Ordering::Acquire) == READY {
@@ -970,6 +1020,26 @@ mod tests {
         set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(2, 1, 0)])
             .unwrap();
         assert_eq!(set.get_all(), Ok(vec![0, 2, 4]));
+        set.remove().unwrap();
+    }
+
+    #[test]
+    fn a_poller_never_overtakes_a_queued_sleeper() {
+        // The word as a post leaves it for a queued sleeper the post has not
+        // completed yet: one unit, SLEEPERS set. A poller that took the unit
+        // would overtake that sleeper; it must look once and go to queue.
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        let word = set.map.word(set.map.layout.sem(0));
+        let down = SemBuf::new(0, -1, 0);
+        // Without the flag the unit is the poller's.
+        word.store(1, Ordering::SeqCst);
+        assert_eq!(set.poll_fast(down, None), Some(Ok(())));
+        assert_eq!(word.load(Ordering::SeqCst), 0);
+        word.store(sem_word::SLEEPERS | 1, Ordering::SeqCst);
+        assert_eq!(set.poll_fast(down, None), None);
+        assert_eq!(word.load(Ordering::SeqCst), sem_word::SLEEPERS | 1);
+        word.store(0, Ordering::SeqCst);
         set.remove().unwrap();
     }
 
