@@ -70,7 +70,7 @@ use super::queue::{learn, spin_budget, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
-use super::word::{self, LockFree, GLOBAL, LOCKED};
+use super::word::{self, LockFree, GLOBAL, LOCKED, REMOVED, SLEEPERS};
 use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
 use crate::relax::cpu_relax;
 use crate::sync::Ordering;
@@ -295,8 +295,9 @@ impl SetShared {
     /// Polls a blocked single operation's word, for this thread's learned
     /// budget (`queue::spin_budget`), and does the operation lock-free as
     /// soon as the value allows it. `None`: the budget ran out, `deadline`
-    /// passed, or a flag appeared (a sleeper queued first, whose turn comes
-    /// first); the caller queues and sleeps at once.
+    /// passed, a sleeper queued first (whose turn comes first), or the set
+    /// went into global mode or was removed; the caller queues and sleeps at
+    /// once.
     ///
     /// Polling here, not after queueing, is what lets a post that arrives
     /// within the poll be caught: a post that finds the caller queued must
@@ -322,9 +323,14 @@ impl SetShared {
             }
             polls += 1;
             cpu_relax();
-            match word::lock_free_step(word.load(Ordering::Relaxed), sop.op) {
-                LockFree::Locked => break None,
-                LockFree::WouldBlock => {}
+            let current = word.load(Ordering::Relaxed);
+            if current & (SLEEPERS | GLOBAL | REMOVED) != 0 {
+                break None;
+            }
+            // A holder of the semaphore's lock alone (a post at work) is
+            // waited out: its release may well be what this poll waits for.
+            match word::lock_free_step(current, sop.op) {
+                LockFree::Locked | LockFree::WouldBlock => {}
                 _ => {
                     if let Some(done) = self.try_lock_free(sop) {
                         break Some(done);
