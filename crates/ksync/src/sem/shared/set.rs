@@ -383,19 +383,20 @@ impl SharedSemSet {
             return Err(SemError::FileTooBig);
         }
         let alter = sops.iter().any(|s| s.op != 0);
-        let mut polled = false;
-        if sops.len() == 1 && sops[0].flags & SEM_UNDO == 0 && alter {
+        let single = sops.len() == 1 && sops[0].flags & SEM_UNDO == 0 && alter;
+        if single {
             if let Some(done) = self.try_fast(sops[0]) {
                 return done;
             }
-            if sops[0].flags & IPC_NOWAIT == 0 && timeout != Some(Duration::ZERO) {
-                if let Some(done) = self.poll_fast(sops[0], timeout) {
-                    return done;
-                }
-                polled = true;
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let polled = single && sops[0].flags & IPC_NOWAIT == 0 && timeout != Some(Duration::ZERO);
+        if polled {
+            if let Some(done) = self.poll_fast(sops[0], deadline) {
+                return done;
             }
         }
-        let result = self.locked_op(sops, timeout, alter, polled);
+        let result = self.locked_op(sops, timeout, deadline, alter, polled);
         self.unless_poisoned(result)
     }
 
@@ -406,9 +407,12 @@ impl SharedSemSet {
     /// comes meanwhile is one compare-and-swap on both sides, without the
     /// set's lock. `None`: the budget ran out, the time-out came, or a
     /// sleeper queued first (whose turn comes first).
-    fn poll_fast(&self, sop: SemBuf, timeout: Option<Duration>) -> Option<Result<(), SemError>> {
+    fn poll_fast(&self, sop: SemBuf, deadline: Option<Instant>) -> Option<Result<(), SemError>> {
+        // The locked path has the answer for these; polling would not help.
+        if self.is_removed() || !self.map.writable() || !self.permits(ALTER) {
+            return None;
+        }
         let word = self.map.word(self.map.layout.sem(usize::from(sop.num)));
-        let start = timeout.map(|_| Instant::now());
         let budget = spin_budget();
         let mut polls = 0;
         let done = loop {
@@ -430,7 +434,7 @@ impl SharedSemSet {
                 }
             }
             // Reading the clock costs more than a poll: only now and then.
-            if polls % 64 == 0 && start.zip(timeout).is_some_and(|(s, t)| s.elapsed() >= t) {
+            if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
                 break None;
             }
         };
@@ -456,11 +460,11 @@ impl SharedSemSet {
         &self,
         sops: &[SemBuf],
         timeout: Option<Duration>,
+        deadline: Option<Instant>,
         alter: bool,
         polled: bool,
     ) -> Result<(), SemError> {
         self.check(if alter { ALTER } else { READ })?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         if !self.map.writable() {
             return self.wait_for_zero_read_only(sops, timeout, deadline);
         }
