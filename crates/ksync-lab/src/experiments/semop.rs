@@ -148,8 +148,9 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         "x sysv: the kernel's time divided by this backend's (higher is faster). \
          x two CAS: this backend's time divided by the floor's, two bare compare-and-swaps \
          on one word (lower is better; 1 is the floor). ksync's single operation is one \
-         compare-and-swap when nobody waits; a call on two semaphores takes their two locks \
-         in index order."
+         compare-and-swap when nobody waits; a call on two quiet semaphores locks the lower, \
+         does the higher with a compare-and-swap and releases the lower: three atomic \
+         instructions."
             .into(),
     );
     lab.print(&format!(

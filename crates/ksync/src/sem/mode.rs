@@ -364,13 +364,20 @@ impl SetShared {
 
     /// A call of 2 to [`QUIET_MAX`] operations on distinct semaphores,
     /// without `SEM_UNDO`, when none of them has a flag set: nobody holds
-    /// them, nobody sleeps on them, the set is not in global mode. Their word
-    /// locks are taken in ascending order as in `lock_sems`, but the call
-    /// needs nothing else: with no sleeper on its semaphores it can enable
-    /// nobody, and it changes only values, so it evaluates them in registers
-    /// and writes them back with the releases. A flag found on the way, or a
-    /// block that must sleep, gives everything back untouched: `None`, the
-    /// full path.
+    /// them, nobody sleeps on them, the set is not in global mode. With no
+    /// sleeper on its semaphores the call can enable nobody, and it changes
+    /// only values, so it evaluates them in registers.
+    ///
+    /// It takes the word locks of all but the highest semaphore, in
+    /// ascending order as in `lock_sems`, and does the highest one's
+    /// operation as a lock-free compare-and-swap while it holds the others:
+    /// three atomic instructions for two semaphores, not four. That
+    /// compare-and-swap is the call's linearization point: whoever looks at
+    /// a locked semaphore afterwards waits for its release (a locker, a
+    /// control call) or takes the locked path (a lock-free operation), and
+    /// the releases, which write the new values back, come after it. A flag
+    /// found on the way, or a block that must sleep, gives everything back
+    /// untouched: `None`, the full path.
     #[inline(never)]
     pub(super) fn try_quiet(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
         let n = sops.len();
@@ -392,15 +399,18 @@ impl SetShared {
             }
             order[at] = i as u8;
         }
-        // Each semaphore's word as we locked it, by position in `sops`.
+        let (locked, last) = (&order[..n - 1], usize::from(order[n - 1]));
+        // Each semaphore's word as we locked (or, the last, read) it, by
+        // position in `sops`.
         let mut words = [0u32; QUIET_MAX];
-        for (k, &i) in order[..n].iter().enumerate() {
+        for (k, &i) in locked.iter().enumerate() {
             let i = usize::from(i);
             let word = &self.sems[usize::from(sops[i].num)].word;
             let current = word.load(Ordering::Relaxed);
             // Acquire pairs with the release of the last holder
             // (`release`, the store that leaves global mode) and of the last
-            // lock-free operation (`try_lock_free`), as in `lock_sem`.
+            // lock-free operation (`try_lock_free`, or the compare-and-swap
+            // below), as in `lock_sem`.
             if current & !word::VALUE_MASK != 0
                 || word
                     .compare_exchange(
@@ -411,36 +421,62 @@ impl SetShared {
                     )
                     .is_err()
             {
-                self.release_quiet(sops, &order[..k], &words, None);
+                self.release_quiet(sops, &locked[..k], &words, None);
                 return None;
             }
             words[i] = current;
         }
-        // The kernel's first pass, in array order: the first operation that
-        // cannot proceed decides.
+        let last_word = &self.sems[usize::from(sops[last].num)].word;
+        // Acquire pairs as for the locked words above.
+        words[last] = last_word.load(Ordering::Acquire);
         let mut values = [0i32; QUIET_MAX];
-        let mut outcome = Ok(());
-        for (i, sop) in sops.iter().enumerate() {
-            let value = word::value_of(words[i]);
-            let blocks = if sop.op == 0 {
-                value != 0
-            } else {
-                value + i32::from(sop.op) < 0
-            };
-            if blocks {
-                if sop.flags & IPC_NOWAIT == 0 {
-                    self.release_quiet(sops, &order[..n], &words, None);
-                    return None;
+        let outcome = loop {
+            if words[last] & !word::VALUE_MASK != 0 {
+                self.release_quiet(sops, locked, &words, None);
+                return None;
+            }
+            // The kernel's first pass, in array order: the first operation
+            // that cannot proceed decides.
+            let mut outcome = Ok(());
+            for (i, sop) in sops.iter().enumerate() {
+                let value = word::value_of(words[i]);
+                let blocks = if sop.op == 0 {
+                    value != 0
+                } else {
+                    value + i32::from(sop.op) < 0
+                };
+                if blocks {
+                    if sop.flags & IPC_NOWAIT == 0 {
+                        self.release_quiet(sops, locked, &words, None);
+                        return None;
+                    }
+                    outcome = Err(SemError::Again);
+                    break;
                 }
-                outcome = Err(SemError::Again);
-                break;
+                if value + i32::from(sop.op) > SEMVMX {
+                    outcome = Err(SemError::Range);
+                    break;
+                }
+                values[i] = value + i32::from(sop.op);
             }
-            if value + i32::from(sop.op) > SEMVMX {
-                outcome = Err(SemError::Range);
-                break;
+            if outcome.is_err() || values[last] == word::value_of(words[last]) {
+                // Decided on the word as read (a failure, or nothing to
+                // write there): the read is the linearization point.
+                break outcome;
             }
-            values[i] = value + i32::from(sop.op);
-        }
+            // Release publishes the new value to the next reader of this
+            // word; acquire as for the load above. It fails only when a
+            // lock-free operation or a locker got there first: evaluate again.
+            match last_word.compare_exchange(
+                words[last],
+                values[last] as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break outcome,
+                Err(now) => words[last] = now,
+            }
+        };
         let done = outcome.is_ok();
         Counters::bump(
             &self.sems[usize::from(sops[usize::from(order[0])].num)]
@@ -448,7 +484,7 @@ impl SetShared {
                 .attempts,
             1,
         );
-        self.release_quiet(sops, &order[..n], &words, done.then_some(&values));
+        self.release_quiet(sops, locked, &words, done.then_some(&values));
         if done {
             let pid = current_pid();
             for sop in sops {

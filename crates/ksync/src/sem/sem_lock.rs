@@ -5,9 +5,11 @@
 //! lock is the [`LOCKED`] bit of the word that holds the value (`word.rs`):
 //! taking it is one compare-and-swap from a word with no flag that forbids
 //! it, releasing it one compare-and-swap that also writes the new value and
-//! flags back. An uncontended call on two semaphores is four atomic
-//! instructions in all, and the lock, the value and the flags that keep
-//! lock-free operations off it share one cache line.
+//! flags back. The lock, the value and the flags that keep lock-free
+//! operations off it share one cache line. (An uncontended call on a few
+//! quiet semaphores needs even less: `SetShared::try_quiet` locks all but
+//! the highest and does that one lock-free, three atomic instructions for
+//! two semaphores.)
 //!
 //! While it holds the lock, the holder works on a copy of the value
 //! ([`LockedSems`] keeps it), read from the word it locked and written back

@@ -179,3 +179,39 @@ fn global_mode_sees_a_call_on_two_semaphores_whole() {
         assert_eq!(set.get_all(), Ok(vec![1, 1]));
     });
 }
+
+/// A call on two semaphores does the higher one's operation as a lock-free
+/// compare-and-swap while it holds the lower one's lock, and writes the
+/// lower one back with the release. Whoever sees the higher semaphore
+/// changed must then see the lower one changed too (the call is one event):
+/// here another thread tries to take the unit the call puts on semaphore 1,
+/// then reads semaphore 0, and checks the two agree.
+#[test]
+fn a_call_on_two_semaphores_is_seen_whole_from_either_semaphore() {
+    static TOOK_IT: AtomicUsize = AtomicUsize::new(0);
+    model(|| {
+        let set = Arc::new(SemSet::new(2).unwrap());
+        set.set_value(0, 1).unwrap();
+        let observer = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || {
+                let take = [SemBuf::new(1, -1, ksync::sem::IPC_NOWAIT)];
+                if set.semop(&take).is_ok() {
+                    // The call happened: its decrement of semaphore 0 shows.
+                    assert_eq!(set.get_value(0), Ok(0));
+                    TOOK_IT.fetch_add(1, Ordering::Relaxed);
+                } else if set.get_value(0) == Ok(0) {
+                    // It happened after the failed take: its increment shows.
+                    assert_eq!(set.semop(&take), Ok(()));
+                }
+            })
+        };
+        set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(1, 1, 0)])
+            .unwrap();
+        observer.join().unwrap();
+    });
+    assert!(
+        TOOK_IT.load(Ordering::Relaxed) > 0,
+        "the model never took the unit the call posted"
+    );
+}
