@@ -389,6 +389,20 @@ impl SharedSemSet {
                 return done;
             }
         }
+        self.slow_op(sops, timeout, alter, single)
+    }
+
+    /// Every call the lock-free compare-and-swap did not finish: a single
+    /// operation polls first, then the locked path. Kept out of line so that
+    /// the lock-free path stays small.
+    #[inline(never)]
+    fn slow_op(
+        &self,
+        sops: &[SemBuf],
+        timeout: Option<Duration>,
+        alter: bool,
+        single: bool,
+    ) -> Result<(), SemError> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let polled = single && sops[0].flags & IPC_NOWAIT == 0 && timeout != Some(Duration::ZERO);
         if polled {
@@ -529,8 +543,10 @@ impl SharedSemSet {
 
     /// One operation without `SEM_UNDO` on a semaphore nobody waits on and
     /// the lock holder is not working on: one compare-and-swap. `None` when
-    /// the call needs the lock.
-    #[inline]
+    /// the call needs the lock. Inlined into both callers (`semtimedop`,
+    /// `poll_fast`): as a call of its own it cost the uncontended operation
+    /// about two nanoseconds in twenty-two.
+    #[inline(always)]
     fn try_fast(&self, sop: SemBuf) -> Option<Result<(), SemError>> {
         // The credentials come from the cache (`permits`), so a fork child
         // that dropped its privileges, or a mode taken away by IPC_SET, is
