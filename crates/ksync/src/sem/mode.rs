@@ -66,13 +66,12 @@ use lock_api::RawMutex;
 use super::counters::Counters;
 use super::error::SemError;
 use super::lock::GlobalLock;
-use super::queue::{learn, spin_budget, WaitList};
+use super::queue::{poll_before_queueing, Look, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
 use super::word::{self, LockFree, GLOBAL, LOCKED, REMOVED, SLEEPERS};
 use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
-use crate::relax::cpu_relax;
 use crate::sync::Ordering;
 use std::time::Instant;
 
@@ -315,36 +314,20 @@ impl SetShared {
         debug_assert!(self.polls_before_queueing(sop));
         let num = usize::from(sop.num);
         let word = &self.sems[num].word;
-        let budget = spin_budget();
-        let mut polls = 0;
-        let done = loop {
-            if polls == budget {
-                break None;
-            }
-            polls += 1;
-            cpu_relax();
+        let (done, polls) = poll_before_queueing(deadline, || {
             let current = word.load(Ordering::Relaxed);
             if current & (SLEEPERS | GLOBAL | REMOVED) != 0 {
-                break None;
+                return Look::Queue;
             }
             // A holder of the semaphore's lock alone (a post at work) is
             // waited out: its release may well be what this poll waits for.
             match word::lock_free_step(current, sop.op) {
-                LockFree::Locked | LockFree::WouldBlock => {}
-                _ => {
-                    if let Some(done) = self.try_lock_free(sop) {
-                        break Some(done);
-                    }
-                }
+                LockFree::Locked | LockFree::WouldBlock => Look::Again,
+                _ => self.try_lock_free(sop).map_or(Look::Again, Look::Done),
             }
-            // Reading the clock costs more than a poll: only now and then.
-            if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                break None;
-            }
-        };
+        });
         if polls > 0 {
             Counters::add(&self.sems[num].counters.outside.polls, u64::from(polls));
-            learn(budget, done.is_some());
         }
         done
     }
@@ -662,6 +645,7 @@ mod tests {
 
     #[test]
     fn a_poller_that_finds_nothing_gives_up_and_polls_less_next_time() {
+        use crate::sem::queue::{learn, spin_budget};
         std::thread::spawn(|| {
             let set = SemSet::new(1).unwrap();
             let set = set.shared();

@@ -122,6 +122,48 @@ pub(super) fn learn(budget: u32, completed_while_polling: bool) {
     SPIN_BUDGET.with(|b| b.set((next, 0)));
 }
 
+/// What one look at a polled semaphore word decided.
+pub(super) enum Look<T> {
+    /// Nothing yet: poll again.
+    Again,
+    /// Stop polling, and queue.
+    Queue,
+    /// Done, with this answer.
+    Done(T),
+}
+
+/// Polls for this thread's learned budget ([`spin_budget`]) before the
+/// caller queues, calling `look` after each spin, and learns from how it
+/// went. Returns `look`'s answer, if it gave one, and the polls spent.
+/// `deadline` is checked now and then (reading the clock costs more than a
+/// poll).
+pub(super) fn poll_before_queueing<T>(
+    deadline: Option<Instant>,
+    mut look: impl FnMut() -> Look<T>,
+) -> (Option<T>, u32) {
+    let budget = spin_budget();
+    let mut polls = 0;
+    let done = loop {
+        if polls == budget {
+            break None;
+        }
+        polls += 1;
+        cpu_relax();
+        match look() {
+            Look::Again => {}
+            Look::Queue => break None,
+            Look::Done(answer) => break Some(answer),
+        }
+        if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            break None;
+        }
+    };
+    if polls > 0 {
+        learn(budget, done.is_some());
+    }
+    (done, polls)
+}
+
 /// One blocked `semop` call, alone on its cache line: a waker reads it and
 /// swaps its status with one miss.
 #[repr(align(64))]

@@ -16,7 +16,7 @@ use super::layout::{
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use crate::futex::wait_shared;
-use crate::sem::queue::{learn, spin_budget};
+use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
@@ -427,35 +427,21 @@ impl SharedSemSet {
             return None;
         }
         let word = self.map.word(self.map.layout.sem(usize::from(sop.num)));
-        let budget = spin_budget();
-        let mut polls = 0;
-        let done = loop {
-            if polls == budget {
-                break None;
-            }
-            polls += 1;
-            core::hint::spin_loop();
+        poll_before_queueing(deadline, || {
             let w = word.load(Ordering::Relaxed);
             if w & sem_word::SLEEPERS != 0 {
-                break None;
+                return Look::Queue;
             }
             // Under LOCKED alone the lock holder works on the value (a post,
             // perhaps): wait it out. Otherwise try once the value allows it.
             let value = (w & sem_word::VALUE) as i32 + i32::from(sop.op);
             if w & sem_word::LOCKED == 0 && value >= 0 {
-                if let Some(done) = self.try_fast(sop) {
-                    break Some(done);
-                }
+                self.try_fast(sop).map_or(Look::Again, Look::Done)
+            } else {
+                Look::Again
             }
-            // Reading the clock costs more than a poll: only now and then.
-            if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                break None;
-            }
-        };
-        if polls > 0 {
-            learn(budget, done.is_some());
-        }
-        done
+        })
+        .0
     }
 
     /// `result`, unless the set's file was truncated under this process's
