@@ -48,7 +48,14 @@
 //!   apart from the global lock.
 //! * **Lock-free single operations**: a single operation on a semaphore
 //!   nobody waits on is one compare-and-swap on a word that holds the value,
-//!   the lock and the flags every locked path sets first (`word.rs`).
+//!   the lock and the flags every locked path sets first (`word.rs`). A call
+//!   on a few such semaphores locks all but the highest and does that one
+//!   the same way, its linearization point: three atomic instructions for
+//!   two semaphores (`SetShared::try_quiet`).
+//! * **Misses that overlap**: a post to many semaphores prefetches their
+//!   words and their first sleepers' nodes before it walks them, each
+//!   sleeper node fills one cache line, and the counters written without a
+//!   lock sit apart from those written under it (`crate::prefetch`).
 //! * **Bulk wake-ups in one system call** (`crate::futex_batch`): the one thing the kernel does
 //!   cheaper than user space is waking many sleepers: it wakes 64 tasks
 //!   inside one `semop`, while a futex-based set pays one `FUTEX_WAKE` per
