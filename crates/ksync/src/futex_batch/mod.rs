@@ -6,11 +6,11 @@
 //! and the remote wake-ups trickle out one system call apart. The kernel's own
 //! `semtimedop` collects its sleepers and wakes them all inside one call.
 //!
-//! [`wake_all`] does the same from user space with io_uring's
+//! `wake_all` does the same from user space with io_uring's
 //! `IORING_OP_FUTEX_WAKE` (Linux 6.7): one submission queue entry per word,
 //! all submitted with a single `io_uring_enter` that also waits for every
 //! completion, so nothing is left in flight when it returns. A futex wake reads
-//! no user memory (the address is only a key: see [`wake_ptr`]), so the words
+//! no user memory (the address is only a key: see `crate::futex::wake_ptr`), so the words
 //! may belong to frames that are already gone.
 //!
 //! Each thread has its own small ring, created on its first batch. Where
@@ -39,8 +39,6 @@
 //! which a fork child holding the parent's ring must not do; and the rest of
 //! `uring/` (the per-thread ring, the process-wide fallback, the chunking)
 //! would stay as it is.
-//!
-//! [`wake_ptr`]: crate::futex::wake_ptr
 
 use crate::sync::AtomicU32;
 
