@@ -66,7 +66,7 @@ use lock_api::RawMutex;
 use super::counters::Counters;
 use super::error::SemError;
 use super::lock::GlobalLock;
-use super::queue::{poll_before_queueing, Look, WaitList};
+use super::queue::{poll_before_queueing, Look, Polled, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
@@ -80,6 +80,10 @@ type GlobalGuard = <GlobalLock as RawMutex>::Guard;
 /// The most operations a call may have for the quiet path
 /// ([`SetShared::try_quiet`]).
 pub(super) const QUIET_MAX: usize = 8;
+
+/// How many times [`SetShared::try_quiet`] retries the last semaphore's
+/// compare-and-swap before it takes the full path.
+const QUIET_TRIES: u32 = 4;
 
 /// Which of the set's locks the caller holds.
 pub(super) enum Held {
@@ -284,19 +288,25 @@ impl SetShared {
             .with(|l| unsafe { !(*l).alter.is_empty() || !(*l).zero.is_empty() })
     }
 
-    /// Whether a blocked single operation `sop` polls its semaphore's word
-    /// before it queues ([`poll_lock_free`](Self::poll_lock_free)): one
-    /// that could be done lock-free, blocking and without `SEM_UNDO`.
+    /// Whether a single operation `sop` that the lock-free path did not
+    /// finish polls its semaphore's word before it queues
+    /// ([`poll_lock_free`](Self::poll_lock_free)): a decrement or a wait for
+    /// zero, which may block, without `SEM_UNDO` or `IPC_NOWAIT`. (A post
+    /// that missed the lock-free path found a flag: the locked path is its
+    /// way.)
     pub(super) fn polls_before_queueing(&self, sop: &SemBuf) -> bool {
-        sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0 && usize::from(sop.num) < self.nsems()
+        sop.op <= 0
+            && sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0
+            && usize::from(sop.num) < self.nsems()
     }
 
     /// Polls a blocked single operation's word, for this thread's learned
     /// budget (`queue::spin_budget`), and does the operation lock-free as
-    /// soon as the value allows it. `None`: the budget ran out, `deadline`
-    /// passed, a sleeper queued first (whose turn comes first), or the set
-    /// went into global mode or was removed; the caller queues and sleeps at
-    /// once.
+    /// soon as the value allows it. [`Polled::Spent`]: the budget ran out or
+    /// `deadline` passed, and the caller queues and sleeps at once;
+    /// [`Polled::Queue`]: a sleeper queued first (whose turn comes first),
+    /// or the set went into global mode or was removed, and the caller
+    /// queues and polls its status word as before.
     ///
     /// Polling here, not after queueing, is what lets a post that arrives
     /// within the poll be caught: a post that finds the caller queued must
@@ -310,11 +320,11 @@ impl SetShared {
         &self,
         sop: &SemBuf,
         deadline: Option<Instant>,
-    ) -> Option<Result<(), SemError>> {
+    ) -> Polled<Result<(), SemError>> {
         debug_assert!(self.polls_before_queueing(sop));
         let num = usize::from(sop.num);
         let word = &self.sems[num].word;
-        let (done, polls) = poll_before_queueing(deadline, || {
+        let (polled, polls) = poll_before_queueing(deadline, || {
             let current = word.load(Ordering::Relaxed);
             if current & (SLEEPERS | GLOBAL | REMOVED) != 0 {
                 return Look::Queue;
@@ -329,7 +339,7 @@ impl SetShared {
         if polls > 0 {
             Counters::add(&self.sems[num].counters.outside.polls, u64::from(polls));
         }
-        done
+        polled
     }
 
     /// The calls that may finish without queueing anybody or looking at a
@@ -413,8 +423,12 @@ impl SetShared {
         // Acquire pairs as for the locked words above.
         words[last] = last_word.load(Ordering::Acquire);
         let mut values = [0i32; QUIET_MAX];
+        let mut tries = 0;
         let outcome = loop {
-            if words[last] & !word::VALUE_MASK != 0 {
+            // A flag, or lock-free operations on the last semaphore that keep
+            // beating this one to it while it holds the others' locks: the
+            // full path, which locks them all, so that nobody waits long.
+            if words[last] & !word::VALUE_MASK != 0 || tries == QUIET_TRIES {
                 self.release_quiet(sops, locked, &words, None);
                 return None;
             }
@@ -457,7 +471,10 @@ impl SetShared {
                 Ordering::Acquire,
             ) {
                 Ok(_) => break outcome,
-                Err(now) => words[last] = now,
+                Err(now) => {
+                    words[last] = now;
+                    tries += 1;
+                }
             }
         };
         let done = outcome.is_ok();
@@ -615,7 +632,7 @@ mod tests {
         let set = set.shared();
         let down = SemBuf::new(0, -1, 0);
         assert!(set.polls_before_queueing(&down));
-        assert_eq!(set.poll_lock_free(&down, None), Some(Ok(())));
+        assert_eq!(set.poll_lock_free(&down, None), Polled::Done(Ok(())));
         assert_eq!(set.word_value(0), 1);
         assert!(polls(set, 0) >= 1);
     }
@@ -635,9 +652,15 @@ mod tests {
         set.set_value(&held, 0, 1);
         set.unlock(held);
         assert_ne!(flags(set, 0), 0, "the queue shows in the word");
-        assert_eq!(set.poll_lock_free(&SemBuf::new(0, -1, 0), None), None);
+        let budget_before = crate::sem::queue::spin_budget();
+        assert_eq!(
+            set.poll_lock_free(&SemBuf::new(0, -1, 0), None),
+            Polled::Queue
+        );
         assert_eq!(set.word_value(0), 1, "the poller took nothing");
         assert_eq!(polls(set, 0), 1, "one look, then it queues");
+        // Giving up at a flag teaches nothing: the budget is as it was.
+        assert_eq!(crate::sem::queue::spin_budget(), budget_before);
         let held = set.lock_one(0);
         set.with_sem_lists(&held, 0, |l| l.alter.clear());
         set.unlock(held);
@@ -653,7 +676,7 @@ mod tests {
             // A fresh thread's budget, doubled by one wait that succeeded.
             let budget = 2 * spin_budget();
             learn(budget / 2, true);
-            assert_eq!(set.poll_lock_free(&down, None), None);
+            assert_eq!(set.poll_lock_free(&down, None), Polled::Spent);
             assert_eq!(polls(set, 0), u64::from(budget));
             assert!(spin_budget() < budget);
             assert_eq!(set.word_value(0), 0);
@@ -666,6 +689,8 @@ mod tests {
     fn undo_and_nowait_operations_do_not_poll_the_word() {
         let set = SemSet::new(1).unwrap();
         let set = set.shared();
+        assert!(!set.polls_before_queueing(&SemBuf::new(0, 1, 0)), "a post");
+        assert!(set.polls_before_queueing(&SemBuf::new(0, 0, 0)));
         assert!(!set.polls_before_queueing(&SemBuf::new(0, -1, SEM_UNDO)));
         assert!(!set.polls_before_queueing(&SemBuf::new(0, -1, IPC_NOWAIT)));
         assert!(!set.polls_before_queueing(&SemBuf::new(1, -1, 0)));

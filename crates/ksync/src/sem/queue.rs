@@ -126,42 +126,56 @@ pub(super) fn learn(budget: u32, completed_while_polling: bool) {
 pub(super) enum Look<T> {
     /// Nothing yet: poll again.
     Again,
-    /// Stop polling, and queue.
+    /// Stop polling, and queue: the word says polling cannot help (a sleeper
+    /// queued first, say).
     Queue,
     /// Done, with this answer.
     Done(T),
 }
 
+/// How a [`poll_before_queueing`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Polled<T> {
+    /// A look gave this answer.
+    Done(T),
+    /// The budget ran out, or the deadline passed: the wait was long, and
+    /// the caller queues and sleeps at once.
+    Spent,
+    /// A look said to queue before the budget ran out. Nothing was learned:
+    /// the caller queues and polls its status word as any queued caller.
+    Queue,
+}
+
 /// Polls for this thread's learned budget ([`spin_budget`]) before the
 /// caller queues, calling `look` after each spin, and learns from how it
-/// went. Returns `look`'s answer, if it gave one, and the polls spent.
-/// `deadline` is checked now and then (reading the clock costs more than a
-/// poll).
+/// went (only an answer or a spent budget teach anything). Returns how it
+/// ended and the polls made. A timed call reads the clock on its first poll
+/// and then every 64 (reading the clock costs more than a poll).
 pub(super) fn poll_before_queueing<T>(
     deadline: Option<Instant>,
     mut look: impl FnMut() -> Look<T>,
-) -> (Option<T>, u32) {
+) -> (Polled<T>, u32) {
     let budget = spin_budget();
     let mut polls = 0;
-    let done = loop {
+    let polled = loop {
         if polls == budget {
-            break None;
+            break Polled::Spent;
         }
         polls += 1;
         cpu_relax();
         match look() {
             Look::Again => {}
-            Look::Queue => break None,
-            Look::Done(answer) => break Some(answer),
+            Look::Queue => return (Polled::Queue, polls),
+            Look::Done(answer) => break Polled::Done(answer),
         }
-        if polls % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            break None;
+        if polls % 64 == 1 && deadline.is_some_and(|d| Instant::now() >= d) {
+            break Polled::Spent;
         }
     };
-    if polls > 0 {
-        learn(budget, done.is_some());
+    if budget > 0 {
+        learn(budget, matches!(polled, Polled::Done(_)));
     }
-    (done, polls)
+    (polled, polls)
 }
 
 /// One blocked `semop` call, alone on its cache line: a waker reads it and
@@ -319,7 +333,7 @@ impl NodeRef {
         unsafe { self.0.as_ref() }
     }
 
-    /// The node's address, for a prefetch (which may touch a dead node).
+    /// The node's address, for a prefetch.
     pub(super) fn as_ptr(self) -> *const Sleeper {
         self.0.as_ptr()
     }

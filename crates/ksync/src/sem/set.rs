@@ -23,7 +23,7 @@ use super::error::SemError;
 use super::lock::new_global_lock;
 use super::mode::Held;
 use super::perform::{scan, Attempt, Op};
-use super::queue::{NodeRef, Sleeper, WaitList, Wakeups, DONE};
+use super::queue::{NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
@@ -206,14 +206,16 @@ impl SemSet {
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
-        // A single operation polls its word before it queues; it then
-        // sleeps at once, without polling its status word as well.
-        let polled = sops.len() == 1
-            && timeout != Some(Duration::ZERO)
-            && set.polls_before_queueing(&sops[0]);
-        if polled {
-            if let Some(done) = set.poll_lock_free(&sops[0], deadline) {
-                return done;
+        // A single operation that may block polls its word before it
+        // queues; if it spent its budget there, it sleeps at once once
+        // queued, without polling its status word as well.
+        let mut polled = false;
+        if sops.len() == 1 && timeout != Some(Duration::ZERO) && set.polls_before_queueing(&sops[0])
+        {
+            match set.poll_lock_free(&sops[0], deadline) {
+                Polled::Done(done) => return done,
+                Polled::Spent => polled = true,
+                Polled::Queue => {}
             }
         }
         let mut held = set.lock_for(sops);

@@ -16,7 +16,7 @@ use super::layout::{
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use crate::futex::wait_shared;
-use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look};
+use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look, Polled};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
@@ -404,10 +404,18 @@ impl SharedSemSet {
         single: bool,
     ) -> Result<(), SemError> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let polled = single && sops[0].flags & IPC_NOWAIT == 0 && timeout != Some(Duration::ZERO);
-        if polled {
-            if let Some(done) = self.poll_fast(sops[0], deadline) {
-                return done;
+        // A decrement that may block polls its word before it queues; if it
+        // spent its budget there, it sleeps at once once queued.
+        let mut polled = false;
+        if single
+            && sops[0].op < 0
+            && sops[0].flags & IPC_NOWAIT == 0
+            && timeout != Some(Duration::ZERO)
+        {
+            match self.poll_fast(sops[0], deadline) {
+                Polled::Done(done) => return done,
+                Polled::Spent => polled = true,
+                Polled::Queue => {}
             }
         }
         let result = self.locked_op(sops, timeout, deadline, alter, polled);
@@ -419,23 +427,28 @@ impl SharedSemSet {
     /// as the value allows it; as the in-process sets do
     /// (`SetShared::poll_lock_free`), and for the same reason: a post that
     /// comes meanwhile is one compare-and-swap on both sides, without the
-    /// set's lock. `None`: the budget ran out, the time-out came, or a
-    /// sleeper queued first (whose turn comes first).
-    fn poll_fast(&self, sop: SemBuf, deadline: Option<Instant>) -> Option<Result<(), SemError>> {
+    /// set's lock. [`Polled::Spent`]: the budget ran out or the deadline
+    /// passed; [`Polled::Queue`]: a sleeper queued first (whose turn comes
+    /// first), the set was removed, or the caller may not alter it, and the
+    /// locked path answers.
+    fn poll_fast(&self, sop: SemBuf, deadline: Option<Instant>) -> Polled<Result<(), SemError>> {
         // The locked path has the answer for these; polling would not help.
         if self.is_removed() || !self.map.writable() || !self.permits(ALTER) {
-            return None;
+            return Polled::Queue;
         }
         let word = self.map.word(self.map.layout.sem(usize::from(sop.num)));
         poll_before_queueing(deadline, || {
             let w = word.load(Ordering::Relaxed);
-            if w & sem_word::SLEEPERS != 0 {
+            if w & sem_word::SLEEPERS != 0 || self.is_removed() {
                 return Look::Queue;
             }
             // Under LOCKED alone the lock holder works on the value (a post,
             // perhaps): wait it out. Otherwise try once the value allows it.
             let value = (w & sem_word::VALUE) as i32 + i32::from(sop.op);
             if w & sem_word::LOCKED == 0 && value >= 0 {
+                // `try_fast` fails when the word changed under it (look
+                // again) or the caller's rights did (rare: the locked path
+                // answers after the budget).
                 self.try_fast(sop).map_or(Look::Again, Look::Done)
             } else {
                 Look::Again
@@ -1040,10 +1053,10 @@ mod tests {
         let down = SemBuf::new(0, -1, 0);
         // Without the flag the unit is the poller's.
         word.store(1, Ordering::SeqCst);
-        assert_eq!(set.poll_fast(down, None), Some(Ok(())));
+        assert_eq!(set.poll_fast(down, None), Polled::Done(Ok(())));
         assert_eq!(word.load(Ordering::SeqCst), 0);
         word.store(sem_word::SLEEPERS | 1, Ordering::SeqCst);
-        assert_eq!(set.poll_fast(down, None), None);
+        assert_eq!(set.poll_fast(down, None), Polled::Queue);
         assert_eq!(word.load(Ordering::SeqCst), sem_word::SLEEPERS | 1);
         word.store(0, Ordering::SeqCst);
         set.remove().unwrap();
