@@ -73,10 +73,11 @@
 //!   polls for a budget each thread learns ([`set_sleeper_spin`]), and only
 //!   then sleeps; a waker only makes a futex call for a sleeper that really
 //!   went to sleep. When the wake-up comes while the sleeper still polls,
-//!   neither side enters the kernel at all. A single operation polls its
-//!   semaphore's word before it queues, so a post that comes meanwhile is an
-//!   uncontended compare-and-swap for both (`SetShared::poll_lock_free`);
-//!   other calls poll their status word once queued.
+//!   neither side enters the kernel at all. A single decrement or wait for
+//!   zero polls its semaphore's word before it queues, so a post that comes
+//!   meanwhile is an uncontended compare-and-swap for both
+//!   (`SetShared::poll_lock_free`); other calls, and one that finds a sleeper
+//!   queued first, poll their status word once queued.
 //! * **Locks that sleep** (`sem_lock.rs`, [`RawSemLock`]): threads usually
 //!   outnumber cores, and a preempted spinlock holder would stall everyone,
 //!   so a locker spins for about one context switch and then sleeps.

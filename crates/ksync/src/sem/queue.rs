@@ -26,8 +26,9 @@
 //!
 //! The owner spins on the word for a short while before it parks, and the
 //! waker makes a futex call only for an owner that parked, so a sleeper woken
-//! within its spin costs no system call on either side. (A single operation
-//! spends that spin before it queues instead, on its semaphore's word: see
+//! within its spin costs no system call on either side. (A single decrement
+//! or wait for zero spends that spin before it queues instead, on its
+//! semaphore's word, unless a sleeper queued there first: see
 //! `SetShared::poll_lock_free`.)
 //!
 //! A sleeper whose deadline passes takes the set's lock again and reads its
