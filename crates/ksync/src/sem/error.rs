@@ -119,6 +119,17 @@ impl fmt::Display for SemError {
 
 impl std::error::Error for SemError {}
 
+/// What a control call on semaphore `num` of a set of `nsems` gives when
+/// there is no such semaphore: `EINVAL`, as the kernel's `semctl`. Both set
+/// types check it the same way.
+pub(super) fn check_num(num: usize, nsems: usize) -> Result<(), SemError> {
+    if num < nsems {
+        Ok(())
+    } else {
+        Err(SemError::Invalid)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::SemError;

@@ -19,7 +19,7 @@ use crossbeam_utils::CachePadded;
 
 use super::complete::Changed;
 use super::counters::{Counters, SemCounters};
-use super::error::SemError;
+use super::error::{check_num, SemError};
 use super::lock::new_global_lock;
 use super::mode::Held;
 use super::perform::{scan, Attempt, Op};
@@ -312,17 +312,9 @@ impl SemSet {
         Ok(result)
     }
 
-    fn check_num(&self, num: usize) -> Result<(), SemError> {
-        if num < self.nsems() {
-            Ok(())
-        } else {
-            Err(SemError::Invalid)
-        }
-    }
-
     /// `GETVAL`: semaphore `num`'s value.
     pub fn get_value(&self, num: usize) -> Result<i32, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.control_one(num, |set, held| set.value(held, num))
     }
 
@@ -333,7 +325,7 @@ impl SemSet {
         if !(0..=SEMVMX).contains(&value) {
             return Err(SemError::Range);
         }
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         let mut wakeups = Wakeups::default();
         self.control_one(num, |set, held| {
             set.clear_undo(Some(num));
@@ -382,20 +374,20 @@ impl SemSet {
 
     /// `GETNCNT`: threads blocked decrementing semaphore `num`.
     pub fn ncnt(&self, num: usize) -> Result<usize, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.control_one(num, |set, held| set.count_sleepers(held, num, false))
     }
 
     /// `GETZCNT`: threads blocked waiting for semaphore `num` to be zero.
     pub fn zcnt(&self, num: usize) -> Result<usize, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.control_one(num, |set, held| set.count_sleepers(held, num, true))
     }
 
     /// `GETPID`: the process id of the last thread that changed semaphore
     /// `num` (by an operation, SETVAL, SETALL or an undo), 0 if none.
     pub fn pid(&self, num: usize) -> Result<i32, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.control_one(num, |set, _| set.sems[num].pid.load(Ordering::Relaxed))
     }
 

@@ -16,6 +16,7 @@ use super::layout::{
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use crate::futex::wait_shared;
+use crate::sem::error::check_num;
 use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look, Polled};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
@@ -684,17 +685,9 @@ impl SharedSemSet {
         self.unless_poisoned(result)
     }
 
-    fn check_num(&self, num: usize) -> Result<(), SemError> {
-        if num < self.nsems() {
-            Ok(())
-        } else {
-            Err(SemError::Invalid)
-        }
-    }
-
     /// `GETVAL`.
     pub fn get_value(&self, num: usize) -> Result<i32, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.read(|map| Ok(value(map, num)))
     }
 
@@ -705,7 +698,7 @@ impl SharedSemSet {
 
     /// `GETPID`: the process of the last change to semaphore `num`.
     pub fn pid(&self, num: usize) -> Result<i32, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.read(|map| Ok(map.load(map.layout.pid(num)) as i32))
     }
 
@@ -720,7 +713,7 @@ impl SharedSemSet {
     }
 
     fn count(&self, num: usize, zero: bool) -> Result<usize, SemError> {
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.check(READ)?;
         let mut held = Locked::enter(&self.map, self.me()?)?;
         held.reap();
@@ -737,7 +730,7 @@ impl SharedSemSet {
         if !(0..=SEMVMX).contains(&value) {
             return Err(SemError::Range);
         }
-        self.check_num(num)?;
+        check_num(num, self.nsems())?;
         self.set(&[(num, value)])
     }
 
