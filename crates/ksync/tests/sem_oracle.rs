@@ -1052,35 +1052,16 @@ fn undo_without_context_error_order() {
     );
 }
 
-/// ksync only: construction limits and errno mapping.
+/// ksync only: construction limits (the errno mapping is tested once, in
+/// `sem::error`'s unit tests).
 #[test]
-fn construction_limits_and_errno_mapping() {
+fn construction_limits() {
     use ksync::sem::SemError;
     assert_eq!(SemSet::new(0).err(), Some(SemError::Invalid));
     assert_eq!(SemSet::new(SEMMSL + 1).err(), Some(SemError::Invalid));
     assert_eq!(SemSet::new(SEMMSL).map(|s| s.nsems()), Ok(SEMMSL));
-    for (err, errno) in [
-        (SemError::TooBig, libc::E2BIG),
-        (SemError::Invalid, libc::EINVAL),
-        (SemError::FileTooBig, libc::EFBIG),
-        (SemError::Range, libc::ERANGE),
-        (SemError::Again, libc::EAGAIN),
-        (SemError::Removed, libc::EIDRM),
-        (SemError::Exists, libc::EEXIST),
-        (SemError::NotFound, libc::ENOENT),
-        (SemError::Access, libc::EACCES),
-        (SemError::Permission, libc::EPERM),
-        (SemError::NoSpace, libc::ENOSPC),
-        (SemError::NoMemory, libc::ENOMEM),
-        (SemError::Interrupted, libc::EINTR),
-    ] {
-        assert_eq!(err.errno(), errno, "{err:?}");
-        assert_eq!(SemError::from_errno(errno), Some(err));
-        assert!(!err.to_string().is_empty());
-    }
-    assert_eq!(SemError::from_errno(libc::ENOSYS), None);
     // The kernel agrees on the size limits.
-    if sysv_available("sem_oracle::construction_limits_and_errno_mapping") {
+    if sysv_available("sem_oracle::construction_limits") {
         assert_eq!(
             KernelSet::new(SEMMSL + 1)
                 .err()

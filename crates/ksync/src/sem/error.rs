@@ -151,8 +151,9 @@ mod tests {
             (SemError::NoSpace, libc::ENOSPC),
             (SemError::NoMemory, libc::ENOMEM),
         ] {
-            assert_eq!(e.errno(), errno);
+            assert_eq!(e.errno(), errno, "{e:?}");
             assert_eq!(SemError::from_errno(errno), Some(e));
+            assert!(!e.to_string().is_empty(), "{e:?} has no message");
         }
         assert_eq!(SemError::from_errno(libc::ENOSYS), None);
     }
