@@ -291,9 +291,19 @@ fn wake_runs_both_experiments_with_tiny_sizes() {
         text.contains("per-sleeper time at 16 / at 8 sleepers"),
         "{text}"
     );
+    // The floor runs the bulk wake-up by semop only: no deep row, no setall
+    // row, a semop row per size.
+    assert!(text.contains("| futex-batch | semop "), "{text}");
+    assert!(!text.contains("| futex-batch | setall"), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("| futex-batch ") && l.contains("|     3 |")),
+        "{text}"
+    );
     let records = records(&json);
     assert!(!records.is_empty());
-    named_by_the_registry(&records, &["sysv", "ksync-sem"]);
+    named_by_the_registry(&records, &["sysv", "ksync-sem", "futex-batch"]);
 }
 
 #[test]
@@ -302,6 +312,15 @@ fn impossible_wake_requests_are_refused() {
     refused_with(&["wake", "--sizes", "0"], "--sizes");
     refused_with(&["wake", "--later", "0"], "--later");
     refused_with(&["wake", "-o", "posix"], "unknown backend");
+    // The floor has neither the deep list's heads nor SETALL.
+    refused_with(
+        &["wake", "-o", "futex-batch", "--experiments", "deep"],
+        "runs only the bulk wake-up by semop",
+    );
+    refused_with(
+        &["wake", "-o", "futex-batch", "--waker", "setall"],
+        "runs only the bulk wake-up by semop",
+    );
 }
 
 #[test]

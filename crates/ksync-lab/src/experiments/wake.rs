@@ -8,6 +8,12 @@
 //! both backends the wall time per cycle. Reported per bulk wake-up: the
 //! waker's call time, the time until the last sleeper has returned, both
 //! per sleeper, and ksync's entries visited per sleeper.
+//!
+//! The bulk wake-up by `semop` also runs the `futex-batch` floor: bare futex
+//! words, one per sleeper, woken with the batched wake ksync's sets use. No
+//! design that gives each sleeper its own futex word can make the waker's
+//! call cheaper than that row; the kernel wakes its sleepers from inside
+//! one system call, without a futex at all.
 
 use super::options;
 use crate::output::lab::Lab;
@@ -27,13 +33,14 @@ pub struct Args {
     /// Comma-separated experiments: deep (Kenneth Chen's deep wait list), bulk (N sleepers, one wake-up call).
     #[arg(long, value_delimiter = ',', default_value = "deep,bulk")]
     pub experiments: Vec<String>,
-    /// Comma-separated backends with System V semantics: ksync-sem (also ksync), sysv (the
-    /// kernel's; also ipc), ksync-shared (also shared; at most 1024 sleepers per set).
+    /// Comma-separated backends: ksync-sem (also ksync), sysv (the kernel's; also ipc),
+    /// ksync-shared (also shared; at most 1024 sleepers per set), futex-batch (the floor: a
+    /// futex word per sleeper and one batched wake, no System V semantics; bulk by semop only).
     #[arg(
         short = 'o',
         long = "ops",
         value_delimiter = ',',
-        default_value = "ksync-sem,sysv"
+        default_value = "ksync-sem,sysv,futex-batch"
     )]
     pub backends: Vec<String>,
     /// deep: comma-separated counts of blocked head sleepers (each wants -1000).
@@ -92,6 +99,20 @@ impl Named for Waker {
     fn name(&self) -> &str {
         Waker::name(*self)
     }
+}
+
+/// The bulk wake-up's floor, the one backend offered without System V
+/// semantics: it has neither the deep list's -1000 heads nor `SETALL`.
+const FLOOR: &str = "futex-batch";
+
+/// Whether `b` runs in the wake experiments at all.
+fn offered(b: &SemEntry) -> bool {
+    b.has_sysv_semantics() || b.name == FLOOR
+}
+
+/// Whether `b` runs the deep list, or the bulk wake-up by `waker`.
+fn runs(b: &SemEntry, experiment: Experiment, waker: Waker) -> bool {
+    b.has_sysv_semantics() || (experiment == Experiment::Bulk && waker == Waker::Semop)
 }
 
 /// The values of `all` named in `names` (see [`names::pick`]); at least one.
@@ -279,7 +300,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         &args.experiments,
         "experiment",
     )?;
-    let backends = sems::chosen(&args.backends, "backend", SemEntry::has_sysv_semantics)?;
+    let backends = sems::chosen(&args.backends, "backend", offered)?;
     if backends.is_empty() {
         return Err("no backend chosen".into());
     }
@@ -301,9 +322,27 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     lab.print(&format!("machine: {}\n", lab.machine()));
     let deep_on = deep_wanted(&experiments);
     let bulk_on = bulk_wanted(&experiments);
+    // Backends that run the deep list, and (backend, waker) pairs the bulk
+    // wake-up runs, in table order.
+    let deep_backends: Vec<&SemEntry> = backends
+        .iter()
+        .copied()
+        .filter(|b| runs(b, Experiment::Deep, Waker::SetAll))
+        .collect();
+    let bulk_pairs: Vec<(Waker, &SemEntry)> = wakers
+        .iter()
+        .flat_map(|&w| backends.iter().map(move |&b| (w, b)))
+        .filter(|&(w, b)| runs(b, Experiment::Bulk, w))
+        .collect();
+    if (!deep_on || deep_backends.is_empty()) && (!bulk_on || bulk_pairs.is_empty()) {
+        return Err(format!(
+            "{FLOOR} runs only the bulk wake-up by semop (it has no System V semantics): \
+             choose --experiments bulk --waker semop, or a backend with System V semantics"
+        ));
+    }
     if deep_on {
         lab.plan(
-            (posts.len() * args.heads.len() * backends.len()) as u64,
+            (posts.len() * args.heads.len() * deep_backends.len()) as u64,
             length,
         );
     }
@@ -311,10 +350,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         // Creating and queueing the sleepers one by one dominates: ~50 us each.
         let sleepers: usize = args.sizes.iter().sum();
         let each = Duration::from_micros(50) * (sleepers / args.sizes.len()) as u32 * args.rounds;
-        lab.plan(
-            (wakers.len() * args.sizes.len() * backends.len()) as u64,
-            each,
-        );
+        lab.plan((bulk_pairs.len() * args.sizes.len()) as u64, each);
     }
     if deep_on {
         let mut table = Table::new([
@@ -329,7 +365,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         ]);
         for &post in &posts {
             for &heads in &args.heads {
-                for &b in &backends {
+                for &b in &deep_backends {
                     let label = format!(
                         "wake deep -o {} --post {} --heads {heads}",
                         b.name,
@@ -385,66 +421,72 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             "futex wakes / sleeper",
         ]);
         let mut scaling = Vec::new();
-        for &waker in &wakers {
-            for &b in &backends {
-                let mut per_sleeper = Vec::new();
-                for &n in &args.sizes {
-                    let label = format!(
-                        "wake bulk -o {} --waker {} {n} sleepers",
+        for &(waker, b) in &bulk_pairs {
+            let mut per_sleeper = Vec::new();
+            for &n in &args.sizes {
+                let label = format!(
+                    "wake bulk -o {} --waker {} {n} sleepers",
+                    b.name,
+                    waker.name()
+                );
+                let m = measure(
+                    lab,
+                    &label,
+                    || {
+                        b.dispatch(BulkWake {
+                            sleepers: n,
+                            waker,
+                            rounds: args.rounds,
+                            place,
+                        })
+                    },
+                    |o| bulk_record(o, b, place),
+                )?;
+                table.row(vec![
+                    b.name.to_string(),
+                    waker.name().to_string(),
+                    n.to_string(),
+                    waker.calls(n).to_string(),
+                    shown(&m, "call_us", 0),
+                    shown(&m, "last_return_us", 0),
+                    shown(&m, "call_ns_per_sleeper", 0),
+                    shown(&m, "last_return_ns_per_sleeper", 0),
+                    shown(&m, "visited_per_sleeper", 2),
+                    shown(&m, "attempts_per_sleeper", 2),
+                    shown(&m, "futex_wakes_per_sleeper", 2),
+                ]);
+                per_sleeper.push((
+                    n,
+                    m.get("call_ns_per_sleeper"),
+                    m.get("last_return_ns_per_sleeper"),
+                ));
+            }
+            if let (Some(first), Some(last)) = (per_sleeper.first(), per_sleeper.last()) {
+                if per_sleeper.len() > 1 {
+                    scaling.push(format!(
+                        "{} {}: per-sleeper time at {} / at {} sleepers: call {:.2}, last return {:.2} \
+                         (about 1 = linear in N, about {:.0} = quadratic)",
                         b.name,
-                        waker.name()
-                    );
-                    let m = measure(
-                        lab,
-                        &label,
-                        || {
-                            b.dispatch(BulkWake {
-                                sleepers: n,
-                                waker,
-                                rounds: args.rounds,
-                                place,
-                            })
-                        },
-                        |o| bulk_record(o, b, place),
-                    )?;
-                    table.row(vec![
-                        b.name.to_string(),
-                        waker.name().to_string(),
-                        n.to_string(),
-                        waker.calls(n).to_string(),
-                        shown(&m, "call_us", 0),
-                        shown(&m, "last_return_us", 0),
-                        shown(&m, "call_ns_per_sleeper", 0),
-                        shown(&m, "last_return_ns_per_sleeper", 0),
-                        shown(&m, "visited_per_sleeper", 2),
-                        shown(&m, "attempts_per_sleeper", 2),
-                        shown(&m, "futex_wakes_per_sleeper", 2),
-                    ]);
-                    per_sleeper.push((
-                        n,
-                        m.get("call_ns_per_sleeper"),
-                        m.get("last_return_ns_per_sleeper"),
+                        waker.name(),
+                        last.0,
+                        first.0,
+                        last.1 / first.1,
+                        last.2 / first.2,
+                        last.0 as f64 / first.0 as f64,
                     ));
-                }
-                if let (Some(first), Some(last)) = (per_sleeper.first(), per_sleeper.last()) {
-                    if per_sleeper.len() > 1 {
-                        scaling.push(format!(
-                            "{} {}: per-sleeper time at {} / at {} sleepers: call {:.2}, last return {:.2} \
-                             (about 1 = linear in N, about {:.0} = quadratic)",
-                            b.name,
-                            waker.name(),
-                            last.0,
-                            first.0,
-                            last.1 / first.1,
-                            last.2 / first.2,
-                            last.0 as f64 / first.0 as f64,
-                        ));
-                    }
                 }
             }
         }
         for line in scaling {
             table.note(line);
+        }
+        if bulk_pairs.iter().any(|(_, b)| b.name == FLOOR) {
+            table.note(format!(
+                "{FLOOR}: the floor for a design that gives each sleeper its own futex word \
+                 (no System V semantics, semop waker only): one FUTEX_WAKE per sleeper, \
+                 batched into one io_uring_enter where the kernel allows. The kernel's own \
+                 sets wake from inside the call, without a futex."
+            ));
         }
         lab.print(&format!(
             "\n## bulk wake-up: N sleepers on their own semaphores, queued in reverse semaphore order, \

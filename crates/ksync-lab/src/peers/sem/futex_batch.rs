@@ -211,6 +211,16 @@ impl SemBackend for FutexBatch {
         )
     }
 
+    /// The sleepers announced on semaphore `num`: past their polls, asleep
+    /// or about to sleep (ksync's and the kernel's GETNCNT count a caller
+    /// once it is queued, also before it sleeps).
+    fn waiters(&self, num: usize) -> Result<usize, String> {
+        let word = u16::try_from(num)
+            .map_err(|_| format!("no semaphore {num}"))
+            .and_then(|n| self.word(n).map_err(|e| e.to_string()))?;
+        Ok(word.sleepers.load(Ordering::SeqCst) as usize)
+    }
+
     fn remove(&self) {
         for word in self.words.iter() {
             word.posts.fetch_or(REMOVED, Ordering::SeqCst);
