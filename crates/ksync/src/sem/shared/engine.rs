@@ -621,16 +621,26 @@ impl Drop for Locked<'_> {
             } else {
                 0
             };
-            // A read-modify-write, not a store: a semaphore touched only to
-            // be recomputed (after a takeover) may be open to the lock-free
-            // path, whose change must not be lost. Release pairs with the
-            // acquire compare-and-swap of that path (`set.rs`): the values
-            // written under the lock are visible before it is open again.
-            let _ = self.map.word(layout.sem(num)).fetch_update(
-                Ordering::Release,
-                Ordering::Relaxed,
-                |w| Some((w & sem_word::VALUE) | flags),
-            );
+            // Release pairs with the acquire compare-and-swap of the
+            // lock-free path (`set.rs`): the values written under the lock
+            // are visible before it is open again.
+            let word = self.map.word(layout.sem(num));
+            let w = word.load(Ordering::Relaxed);
+            if w & (sem_word::LOCKED | sem_word::SLEEPERS) != 0 {
+                // Closed to the lock-free path, which keeps off either
+                // flag, and only a holder of this lock sets or clears them:
+                // nobody else writes the word, and a store will do. This is
+                // every semaphore a call held (`hold_sem`) or a completed
+                // sleeper named, so a locked call pays one atomic
+                // instruction per semaphore, its `hold_sem`, not two.
+                word.store((w & sem_word::VALUE) | flags, Ordering::Release);
+            } else {
+                // Open to the lock-free path (a semaphore only recomputed,
+                // after a takeover): its change must not be lost.
+                let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                    Some((w & sem_word::VALUE) | flags)
+                });
+            }
         }
         // Results are published before the lock is released: a sleeper
         // frees its slot once it sees its result, and only a later lock
