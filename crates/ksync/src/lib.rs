@@ -46,6 +46,8 @@ pub(crate) mod sync;
 
 pub mod relax;
 
+// Only the semaphore sets prefetch, and they need std.
+#[cfg(feature = "std")]
 pub(crate) mod prefetch;
 
 #[cfg(any(feature = "std", loom))]
