@@ -287,8 +287,9 @@ impl SetShared {
     }
 
     /// Asks for the first alter sleeper of every semaphore `sops` raised, so
-    /// that the scan below finds their nodes in cache: each node sits on its
-    /// sleeper's stack, last written on another CPU, and one after the other
+    /// that the scan below finds their nodes in cache: each node sits in its
+    /// sleeper's slot of the node pool, last written on another CPU, and one
+    /// after the other
     /// those misses are most of a large post's time (sembench's poster
     /// raises 64 semaphores with one sleeper each).
     fn prefetch_first_sleepers(&self, held: &Held, sops: &[SemBuf]) {

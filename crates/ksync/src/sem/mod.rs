@@ -123,6 +123,7 @@ mod counters;
 mod error;
 mod lock;
 mod mode;
+mod node_pool;
 #[cfg_attr(loom, allow(dead_code))]
 mod owner_lock;
 mod perform;

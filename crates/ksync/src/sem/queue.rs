@@ -1,7 +1,10 @@
 //! Sleepers, the wait lists they sit on, and the complete / wake handshake.
 //!
-//! A sleeper is a [`Sleeper`] node in the blocked caller's own stack frame,
-//! like the kernel's `struct sem_queue`. Wait lists hold pointers to nodes;
+//! A sleeper is a [`Sleeper`] node, the kernel's `struct sem_queue`, which
+//! the kernel keeps in the sleeper's stack frame; ksync keeps it in the
+//! blocked thread's slot of a process-wide pool (`node_pool.rs`), where a
+//! waker finds many sleepers' nodes on a few pages, and in the caller's frame
+//! only when that slot is taken. Wait lists hold pointers to nodes;
 //! a list is only touched by a thread that holds the lock protecting it (see
 //! `mode.rs`), so a queued node's fields are stable while a waker reads them.
 //!
@@ -16,13 +19,14 @@
 //!
 //! The waker unlinks the node, performs the operation for the sleeper and
 //! then swaps the result into the status word with release ordering. From
-//! that moment the owner may return and its frame may be gone, so the waker
-//! never touches the node again: if the swap returned `PARKED` it keeps the
-//! word's address and issues the futex wake after it dropped every lock
-//! (wake-ups outside the lock, from Manfred Spraul's "ipc/sem.c: Optimization
-//! for reducing spinlock contention", LKML, April 2010), through a raw
-//! pointer used as a key only. A stray wake of whatever lives at that address later is a spurious
-//! wake-up, which every futex sleeper in ksync tolerates.
+//! that moment the owner may return, and its node may be gone or hold its
+//! next call, so the waker never touches the node again: if the swap
+//! returned `PARKED` it keeps the word's address and issues the futex wake
+//! after it dropped every lock (wake-ups outside the lock, from Manfred
+//! Spraul's "ipc/sem.c: Optimization for reducing spinlock contention",
+//! LKML, April 2010), through a raw pointer used as a key only. A stray wake
+//! of whatever lives at that address later is a spurious wake-up, which
+//! every futex sleeper in ksync tolerates.
 //!
 //! The owner spins on the word for a short while before it parks, and the
 //! waker makes a futex call only for an owner that parked, so a sleeper woken

@@ -22,6 +22,7 @@ use super::counters::{Counters, SemCounters};
 use super::error::{check_num, SemError};
 use super::lock::new_global_lock;
 use super::mode::Held;
+use super::node_pool::Claim;
 use super::perform::{scan, Attempt, Op};
 use super::queue::{NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
@@ -255,8 +256,20 @@ impl SemSet {
                 Attempt::Blocked(i) => break i,
             }
         };
-        let sleeper = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
-        let node = NodeRef::new(&sleeper);
+        // The node goes in this thread's slot of the node pool, where a
+        // waker finds the nodes of many sleepers on a few pages; in this
+        // frame if the slot is taken (`node_pool`).
+        let mut claim = Claim::take();
+        let in_frame;
+        let node = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
+        let sleeper: &Sleeper = match claim.as_mut() {
+            Some(claim) => claim.place(node),
+            None => {
+                in_frame = node;
+                &in_frame
+            }
+        };
+        let node = NodeRef::new(sleeper);
         set.enqueue(&held, sops, scan.alter, node);
         set.unlock(held);
 

@@ -14,8 +14,9 @@
 //!
 //! Everything here is reached through pointers that are only valid in this
 //! address space: the semaphore array is a `Box`, undo entries are `Arc`s,
-//! wait lists hold [`NodeRef`](super::queue::NodeRef) pointers into the
-//! sleepers' own stack frames, and wake-ups carry futex word addresses. A
+//! wait lists hold [`NodeRef`](super::queue::NodeRef) pointers to the
+//! sleepers' nodes (in the node pool, or a caller's frame), and wake-ups
+//! carry futex word addresses. A
 //! set shared between processes would keep this same layout in one mapping
 //! and name those things by offset instead; the types below are the ones
 //! that would change.
