@@ -289,9 +289,8 @@ impl SetShared {
     /// Asks for the first alter sleeper of every semaphore `sops` raised, so
     /// that the scan below finds their nodes in cache: each node sits in its
     /// sleeper's slot of the node pool, last written on another CPU, and one
-    /// after the other
-    /// those misses are most of a large post's time (sembench's poster
-    /// raises 64 semaphores with one sleeper each).
+    /// after the other those misses are most of a large post's time
+    /// (sembench's poster raises 64 semaphores with one sleeper each).
     fn prefetch_first_sleepers(&self, held: &Held, sops: &[SemBuf]) {
         for sop in sops.iter().filter(|s| s.op > 0) {
             let num = usize::from(sop.num);
