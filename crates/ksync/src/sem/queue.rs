@@ -64,16 +64,43 @@ pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 1000 };
 const MIN_SPIN: u32 = 16;
 
 /// A thread whose polls kept failing sleeps at once, except on one wait in
-/// this many, which it polls for [`MIN_SPIN`] to notice when waits become
+/// this many, which it polls for [`PROBE_SPIN`] to notice when waits become
 /// short again.
 const PROBE_EVERY: u32 = 16;
 
+/// The polls of a probe: about 3 us at 24 ns a poll. A probe must outlast
+/// the time a running poster takes to come back to this sleeper (one pass
+/// over its sleepers and a wake-up system call), or it fails even when waits
+/// are short. With probes of [`MIN_SPIN`] polls (0.4 us), sembench's workers
+/// that shared no CPU with the poster, whose polls succeeded 94 times in 100,
+/// sat at a budget of nothing on 48% of their waits, probing in vain. A
+/// failed probe costs its polls once in [`PROBE_EVERY`] waits and sends the
+/// thread straight back to sleeping at once. (Backing the probes off after
+/// failures, up to one in 256 waits, lost the gain again: the workers whose
+/// waits were short stopped finding out.)
+const PROBE_SPIN: u32 = 8 * MIN_SPIN;
+
 static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
 
+/// What a thread learned about its waits.
+#[derive(Clone, Copy)]
+struct Learned {
+    /// The polls its next wait may spend; 0: sleep at once.
+    budget: u32,
+    /// At budget 0, the waits since it last probed.
+    waits: u32,
+    /// The wait now polling is a probe.
+    probing: bool,
+}
+
 std::thread_local! {
-    /// This thread's learned poll budget (0: sleep at once), and the waits
-    /// since it last probed.
-    static SPIN_BUDGET: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((MIN_SPIN, 0)) };
+    static LEARNED: core::cell::Cell<Learned> = const {
+        core::cell::Cell::new(Learned {
+            budget: MIN_SPIN,
+            waits: 0,
+            probing: false,
+        })
+    };
 }
 
 /// Sets the most times a blocked `semop` polls before it sleeps in the
@@ -87,8 +114,10 @@ std::thread_local! {
 /// comes much later only burns CPU time the poster may need. So each thread
 /// learns its own budget, up to this limit: doubled when a wait ended during
 /// the poll, halved when it had to sleep, and dropped to nothing below 16
-/// polls, after which the thread sleeps at once and only probes with 16
-/// polls on one wait in 16. Ping-pong between two threads learns to poll;
+/// polls, after which the thread sleeps at once and only probes with 128
+/// polls on one wait in 16 (a probe that fails goes straight back to
+/// nothing; one that succeeds starts again from 256). Ping-pong between two
+/// threads learns to poll;
 /// sembench's 250 workers, reposted only after hundreds of other wake-ups,
 /// learn not to.
 pub fn set_sleeper_spin(polls: u32) {
@@ -102,29 +131,46 @@ pub(super) fn spin_budget() -> u32 {
     if limit == 0 {
         return 0;
     }
-    SPIN_BUDGET.with(|b| match b.get() {
-        (0, waits) if waits + 1 < PROBE_EVERY => {
-            b.set((0, waits + 1));
-            0
+    LEARNED.with(|l| {
+        let learned = l.get();
+        match learned.budget {
+            0 if learned.waits + 1 < PROBE_EVERY => {
+                l.set(Learned {
+                    waits: learned.waits + 1,
+                    probing: false,
+                    ..learned
+                });
+                0
+            }
+            0 => {
+                l.set(Learned {
+                    budget: 0,
+                    waits: 0,
+                    probing: true,
+                });
+                PROBE_SPIN.min(limit)
+            }
+            budget => budget.clamp(MIN_SPIN.min(limit), limit),
         }
-        (0, _) => {
-            b.set((0, 0));
-            MIN_SPIN.min(limit)
-        }
-        (budget, _) => budget.clamp(MIN_SPIN.min(limit), limit),
     })
 }
 
 /// Records how a wait that polled `budget` times went.
 pub(super) fn learn(budget: u32, completed_while_polling: bool) {
-    let next = if completed_while_polling {
-        budget.saturating_mul(2).max(MIN_SPIN)
-    } else if budget / 2 < MIN_SPIN {
-        0
-    } else {
-        budget / 2
-    };
-    SPIN_BUDGET.with(|b| b.set((next, 0)));
+    LEARNED.with(|l| {
+        let next = if completed_while_polling {
+            budget.saturating_mul(2).max(MIN_SPIN)
+        } else if l.get().probing || budget / 2 < MIN_SPIN {
+            0
+        } else {
+            budget / 2
+        };
+        l.set(Learned {
+            budget: next,
+            waits: 0,
+            probing: false,
+        });
+    });
 }
 
 /// What one look at a polled semaphore word decided.
@@ -408,14 +454,24 @@ mod tests {
             learn(2 * MIN_SPIN, false);
             assert_eq!(spin_budget(), MIN_SPIN);
             learn(MIN_SPIN, false);
-            // Below 16 polls: sleep at once, but probe on one wait in 16.
+            // Below 16 polls: sleep at once, but probe, longer, on one wait
+            // in 16.
             let budgets: Vec<u32> = (0..2 * PROBE_EVERY).map(|_| spin_budget()).collect();
-            let probes = budgets.iter().filter(|&&b| b == MIN_SPIN).count();
+            let probes = budgets.iter().filter(|&&b| b == PROBE_SPIN).count();
             assert_eq!(probes, 2, "{budgets:?}");
-            assert!(budgets.iter().all(|&b| b == 0 || b == MIN_SPIN));
+            assert!(budgets.iter().all(|&b| b == 0 || b == PROBE_SPIN));
+            // A probe that fails goes straight back to sleeping at once,
+            // although half of its polls would be a budget of their own.
+            while spin_budget() != PROBE_SPIN {}
+            learn(PROBE_SPIN, false);
+            assert_eq!(spin_budget(), 0);
             // A probe that succeeds brings polling back.
-            learn(MIN_SPIN, true);
-            assert_eq!(spin_budget(), 2 * MIN_SPIN);
+            while spin_budget() != PROBE_SPIN {}
+            learn(PROBE_SPIN, true);
+            assert_eq!(spin_budget(), 2 * PROBE_SPIN);
+            // And a failure after that halves, as before.
+            learn(2 * PROBE_SPIN, false);
+            assert_eq!(spin_budget(), PROBE_SPIN);
         })
         .join()
         .unwrap();

@@ -12,7 +12,8 @@
 //! `down` takes a post with a compare-and-swap; with none there it polls a
 //! while (a per-thread budget learned the way ksync's sleepers learn it:
 //! doubled when a post arrived while polling, halved when it had to sleep,
-//! nothing below 16 polls but a 16-poll probe on one wait in 16), then
+//! nothing below 16 polls but a 128-poll probe on one wait in 16, which
+//! sends the thread straight back to nothing if it fails), then
 //! announces itself in the sleeper count and sleeps on the post count while
 //! that reads 0. `up` adds its posts and collects the words with a
 //! sleeper announced; one batched wake covers them all.
@@ -28,40 +29,46 @@ const REMOVED: u32 = 1 << 31;
 /// sleepers: `ksync::sem::DEFAULT_SLEEPER_SPIN` at most).
 const MIN_POLLS: u32 = 16;
 const MAX_POLLS: u32 = ksync::sem::DEFAULT_SLEEPER_SPIN;
-/// A thread that stopped polling probes with [`MIN_POLLS`] on one wait in
-/// this many.
+/// A thread that stopped polling probes with [`PROBE_POLLS`] on one wait
+/// in this many.
 const PROBE_EVERY: u32 = 16;
+/// A probe's polls, as long as ksync's (`ksync::sem`'s learner).
+const PROBE_POLLS: u32 = 8 * MIN_POLLS;
 
 thread_local! {
-    /// The learned budget (0: sleep at once) and the waits since a probe.
-    static POLL_BUDGET: Cell<(u32, u32)> = const { Cell::new((MIN_POLLS, 0)) };
+    /// The learned budget (0: sleep at once), the waits since a probe, and
+    /// whether the wait now polling is a probe.
+    static POLL_BUDGET: Cell<(u32, u32, bool)> = const { Cell::new((MIN_POLLS, 0, false)) };
 }
 
 /// The polls this wait may spend.
 fn poll_budget() -> u32 {
     POLL_BUDGET.with(|b| match b.get() {
-        (0, waits) if waits + 1 < PROBE_EVERY => {
-            b.set((0, waits + 1));
+        (0, waits, _) if waits + 1 < PROBE_EVERY => {
+            b.set((0, waits + 1, false));
             0
         }
-        (0, _) => {
-            b.set((0, 0));
-            MIN_POLLS
+        (0, _, _) => {
+            b.set((0, 0, true));
+            PROBE_POLLS
         }
-        (budget, _) => budget.clamp(MIN_POLLS, MAX_POLLS),
+        (budget, _, _) => budget.clamp(MIN_POLLS, MAX_POLLS),
     })
 }
 
 /// Records how a wait that polled `budget` times went.
 fn learn(budget: u32, posted_while_polling: bool) {
-    let next = if posted_while_polling {
-        budget.saturating_mul(2).max(MIN_POLLS)
-    } else if budget / 2 < MIN_POLLS {
-        0
-    } else {
-        budget / 2
-    };
-    POLL_BUDGET.with(|b| b.set((next, 0)));
+    POLL_BUDGET.with(|b| {
+        let probing = b.get().2;
+        let next = if posted_while_polling {
+            budget.saturating_mul(2).max(MIN_POLLS)
+        } else if probing || budget / 2 < MIN_POLLS {
+            0
+        } else {
+            budget / 2
+        };
+        b.set((next, 0, false));
+    });
 }
 
 /// One semaphore: posts not yet taken, and sleepers that may be asleep on
