@@ -73,7 +73,7 @@ const PROBE_EVERY: u32 = 16;
 /// over its sleepers and a wake-up system call), or it fails even when waits
 /// are short. With probes of [`MIN_SPIN`] polls (0.4 us), sembench's workers
 /// that shared no CPU with the poster, whose polls succeeded 94 times in 100,
-/// sat at a budget of nothing on 48% of their waits, probing in vain. A
+/// sat at a budget of nothing on 46% of their waits, probing in vain. A
 /// failed probe costs its polls once in [`PROBE_EVERY`] waits and sends the
 /// thread straight back to sleeping at once. (Backing the probes off after
 /// failures, up to one in 256 waits, lost the gain again: the workers whose
