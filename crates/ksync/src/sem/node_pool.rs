@@ -16,11 +16,14 @@
 //! freed.
 //!
 //! A thread blocks in one call at a time, so one slot per thread is enough;
-//! a thread claims its slot on its first blocked call and gives it back to
-//! the pool when it exits. A call made while the thread's slot is in use
-//! (from a signal handler that interrupted a blocked call) or while its
-//! thread-local storage is gone (a destructor at thread exit) uses a node in
-//! its own frame, as before.
+//! a thread claims its slot on its first call that may block, before it
+//! takes any lock, and gives it back to the pool when it exits. A call uses
+//! a node in its own frame, as before, when the thread's slot is in use
+//! (a call from a signal handler that interrupted a blocked call), when its
+//! thread-local storage is gone (a destructor at thread exit), or when the
+//! pool's free list is busy: it is only ever tried, never waited for, so
+//! neither a signal handler nor the child of a `fork` made while another
+//! thread held it can deadlock on it.
 //!
 //! Reuse is safe for the same reason a node in a dead frame was: once a
 //! waker has delivered the result it never reads or writes the node again,
@@ -36,7 +39,9 @@
 //! loom models check is the same either way.
 
 use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
+use core::sync::atomic::{compiler_fence, Ordering};
 
 use super::queue::Sleeper;
 
@@ -69,6 +74,11 @@ struct Mine {
 
 impl Drop for Mine {
     fn drop(&mut self) {
+        // A slot still claimed (its call left by `siglongjmp`, say) may
+        // still be queued: it is leaked, never handed to another thread.
+        if self.busy.get() {
+            return;
+        }
         if let Some(slot) = self.slot.take() {
             // A poisoned lock only means another thread panicked while it
             // pushed or popped: the vector itself is whole.
@@ -87,9 +97,15 @@ std::thread_local! {
     };
 }
 
-/// A slot from the pool, a new chunk's worth if none is free.
-fn take_free() -> &'static Slot {
-    let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+/// A slot from the pool, a new chunk's worth if none is free; `None` if
+/// another thread holds the free list now (or held it when this process was
+/// forked from it).
+fn take_free() -> Option<&'static Slot> {
+    let mut free = match FREE.try_lock() {
+        Ok(free) => free,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
     if free.slots.is_empty() {
         let chunk: &'static [Slot] = Box::leak(
             (0..CHUNK)
@@ -99,12 +115,14 @@ fn take_free() -> &'static Slot {
         // Handed out from the front, so that the first sleepers share pages.
         free.slots.extend(chunk.iter().rev());
     }
-    free.slots.pop().expect("a chunk was just added")
+    free.slots.pop()
 }
 
 /// The calling thread's slot, held until the claim is dropped.
 pub(super) struct Claim {
     slot: &'static Slot,
+    /// Only the claiming thread may use and release it.
+    _not_send: PhantomData<*const ()>,
 }
 
 impl Claim {
@@ -119,16 +137,24 @@ impl Claim {
             if mine.busy.get() {
                 return None;
             }
-            let slot = match mine.slot.get() {
+            // Busy before anything else, so that a signal handler's call
+            // arriving from here on keeps its node in its frame. The fence
+            // keeps the compiler from moving the store past what follows;
+            // the handler runs on this thread, so nothing more is needed.
+            mine.busy.set(true);
+            compiler_fence(Ordering::SeqCst);
+            let slot = match mine.slot.get().or_else(take_free) {
                 Some(slot) => slot,
                 None => {
-                    let slot = take_free();
-                    mine.slot.set(Some(slot));
-                    slot
+                    mine.busy.set(false);
+                    return None;
                 }
             };
-            mine.busy.set(true);
-            Some(Claim { slot })
+            mine.slot.set(Some(slot));
+            Some(Claim {
+                slot,
+                _not_send: PhantomData,
+            })
         })
         .ok()
         .flatten()
@@ -154,7 +180,10 @@ impl Drop for Claim {
     fn drop(&mut self) {
         // `try_with`: at thread exit the slot is given back by `Mine`'s own
         // destructor, which may already have run.
-        let _ = MINE.try_with(|mine| mine.busy.set(false));
+        let _ = MINE.try_with(|mine| {
+            compiler_fence(Ordering::SeqCst);
+            mine.busy.set(false);
+        });
     }
 }
 
@@ -167,10 +196,21 @@ mod tests {
         Sleeper::new(&[SemBuf::new(0, -1, 0)], None, 0, false)
     }
 
+    /// A claim for this thread, once the free list is not busy (tests in
+    /// this binary run at once, and one of them holds it on purpose).
+    fn claim() -> Claim {
+        loop {
+            if let Some(claim) = Claim::take() {
+                return claim;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn a_thread_keeps_one_slot_and_a_nested_call_gets_none() {
         std::thread::spawn(|| {
-            let mut first = Claim::take().expect("a slot");
+            let mut first = claim();
             let at = first.place(node()) as *const Sleeper;
             // While the slot is held (a signal handler's call), no second one.
             assert!(Claim::take().is_none());
@@ -183,10 +223,42 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_free_list_is_not_waited_for() {
+        // As in a signal handler, or a fork child, while another thread
+        // holds the free list: a thread without a slot gets none, at once.
+        let held = FREE.lock().unwrap();
+        let got = std::thread::spawn(|| Claim::take().is_some())
+            .join()
+            .unwrap();
+        drop(held);
+        assert!(!got);
+        // Free again: the next thread gets one.
+        std::thread::spawn(|| drop(claim())).join().unwrap();
+    }
+
+    #[test]
+    fn a_slot_still_claimed_at_thread_exit_is_never_reused() {
+        let at = std::thread::spawn(|| {
+            let mut claim = claim();
+            let at = claim.place(node()) as *const Sleeper as usize;
+            // Its call never ended (left by `siglongjmp`, say).
+            std::mem::forget(claim);
+            at
+        })
+        .join()
+        .unwrap();
+        let free = FREE.lock().unwrap();
+        assert!(!free
+            .slots
+            .iter()
+            .any(|&slot| slot as *const Slot as usize == at));
+    }
+
+    #[test]
     fn threads_alive_at_once_hold_distinct_slots_two_lines_apart() {
         let slot_of = || {
             std::thread::spawn(|| {
-                let mut claim = Claim::take().expect("a slot");
+                let mut claim = claim();
                 claim.place(node()) as *const Sleeper as usize
             })
         };
@@ -194,7 +266,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {
-            let mut claim = Claim::take().expect("a slot");
+            let mut claim = claim();
             tx.send(claim.place(node()) as *const Sleeper as usize)
                 .unwrap();
             go_rx.recv().unwrap();

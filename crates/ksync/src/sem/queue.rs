@@ -380,7 +380,8 @@ impl NodeRef {
     /// owner) and the node has no result yet.
     pub(super) unsafe fn get<'a>(self) -> &'a Sleeper {
         // SAFETY: per the caller's contract the owner is still blocked in its
-        // call, so its frame and the node in it are alive.
+        // call, so the node (in its pool slot or its frame) is alive and
+        // holds this call.
         unsafe { self.0.as_ref() }
     }
 

@@ -219,6 +219,16 @@ impl SemSet {
                 Polled::Queue => {}
             }
         }
+        // The node this call will queue, if it blocks, goes in this thread's
+        // slot of the node pool, where a waker finds the nodes of many
+        // sleepers on a few pages; in this frame if the slot is taken
+        // (`node_pool`). Claimed before any lock: a thread's first claim
+        // may allocate.
+        let mut claim = if timeout == Some(Duration::ZERO) {
+            None
+        } else {
+            Claim::take()
+        };
         let mut held = set.lock_for(sops);
         let blocked_at = loop {
             if set.is_deleted() {
@@ -256,10 +266,6 @@ impl SemSet {
                 Attempt::Blocked(i) => break i,
             }
         };
-        // The node goes in this thread's slot of the node pool, where a
-        // waker finds the nodes of many sleepers on a few pages; in this
-        // frame if the slot is taken (`node_pool`).
-        let mut claim = Claim::take();
         let in_frame;
         let node = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
         let sleeper: &Sleeper = match claim.as_mut() {
