@@ -615,6 +615,13 @@ impl Drop for Locked<'_> {
         let layout = self.map.layout;
         self.touched.sort_unstable();
         self.touched.dedup();
+        // A mapping whose file was truncated under it (`sigbus.rs`) has its
+        // semaphore words fenced off the lock-free path on private pages;
+        // recomputing the flags would lift the fence, and every call on it
+        // answers EINVAL anyway.
+        if self.map.poisoned() {
+            self.touched.clear();
+        }
         for &num in &self.touched {
             let flags = if self.map.load(layout.waiter_count(num)) > 0 {
                 sem_word::SLEEPERS
