@@ -110,9 +110,15 @@ fn offered(b: &SemEntry) -> bool {
     b.has_sysv_semantics() || b.name == FLOOR
 }
 
-/// Whether `b` runs the deep list, or the bulk wake-up by `waker`.
-fn runs(b: &SemEntry, experiment: Experiment, waker: Waker) -> bool {
-    b.has_sysv_semantics() || (experiment == Experiment::Bulk && waker == Waker::Semop)
+/// Whether `b` runs the deep list (its heads need System V semantics).
+fn runs_deep(b: &SemEntry) -> bool {
+    b.has_sysv_semantics()
+}
+
+/// Whether `b` runs the bulk wake-up by `waker` (`SETALL` needs System V
+/// semantics; the floor posts with `semop`).
+fn runs_bulk(b: &SemEntry, waker: Waker) -> bool {
+    b.has_sysv_semantics() || waker == Waker::Semop
 }
 
 /// The values of `all` named in `names` (see [`names::pick`]); at least one.
@@ -315,31 +321,27 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             bulk_wanted(&experiments),
         )?;
     }
-    if let Some(polls) = args.sleeper_spin {
-        ksync::sem::set_sleeper_spin(polls);
-        lab.set_param("sleeper_spin", polls);
-    }
-    lab.print(&format!("machine: {}\n", lab.machine()));
-    let deep_on = deep_wanted(&experiments);
-    let bulk_on = bulk_wanted(&experiments);
     // Backends that run the deep list, and (backend, waker) pairs the bulk
     // wake-up runs, in table order.
-    let deep_backends: Vec<&SemEntry> = backends
-        .iter()
-        .copied()
-        .filter(|b| runs(b, Experiment::Deep, Waker::SetAll))
-        .collect();
+    let deep_backends: Vec<&SemEntry> = backends.iter().copied().filter(|b| runs_deep(b)).collect();
     let bulk_pairs: Vec<(Waker, &SemEntry)> = wakers
         .iter()
         .flat_map(|&w| backends.iter().map(move |&b| (w, b)))
-        .filter(|&(w, b)| runs(b, Experiment::Bulk, w))
+        .filter(|&(w, b)| runs_bulk(b, w))
         .collect();
-    if (!deep_on || deep_backends.is_empty()) && (!bulk_on || bulk_pairs.is_empty()) {
+    let deep_on = deep_wanted(&experiments) && !deep_backends.is_empty();
+    let bulk_on = bulk_wanted(&experiments) && !bulk_pairs.is_empty();
+    if !deep_on && !bulk_on {
         return Err(format!(
             "{FLOOR} runs only the bulk wake-up by semop (it has no System V semantics): \
              choose --experiments bulk --waker semop, or a backend with System V semantics"
         ));
     }
+    if let Some(polls) = args.sleeper_spin {
+        ksync::sem::set_sleeper_spin(polls);
+        lab.set_param("sleeper_spin", polls);
+    }
+    lab.print(&format!("machine: {}\n", lab.machine()));
     if deep_on {
         lab.plan(
             (posts.len() * args.heads.len() * deep_backends.len()) as u64,

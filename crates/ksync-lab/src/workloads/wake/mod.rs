@@ -1,6 +1,6 @@
-//! Wake-up workloads on semaphore sets with System V semantics: Kenneth
-//! Chen's deep wait list ([`deep`]) and the bulk wake-up of N sleepers
-//! ([`bulk`]).
+//! Wake-up workloads: Kenneth Chen's deep wait list ([`deep`], on sets
+//! with System V semantics) and the bulk wake-up of N sleepers ([`bulk`],
+//! also on the `futex-batch` floor when woken by `semop`).
 
 use crate::peers::sem::SemBackend;
 use std::time::{Duration, Instant};
