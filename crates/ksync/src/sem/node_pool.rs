@@ -79,11 +79,23 @@ impl Drop for Mine {
         if self.busy.get() {
             return;
         }
-        if let Some(slot) = self.slot.take() {
-            // A poisoned lock only means another thread panicked while it
-            // pushed or popped: the vector itself is whole.
-            let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-            free.slots.push(slot);
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        // Tried, not waited for: a list held when this process was forked
+        // is never released, and an exiting thread must not hang on it. Any
+        // other holder lets go within a few instructions; if it does not,
+        // the slot is leaked (128 bytes), which is harmless.
+        for _ in 0..64 {
+            match FREE.try_lock() {
+                Ok(mut free) => return free.slots.push(slot),
+                // Another thread panicked while it pushed or popped: the
+                // vector itself is whole.
+                Err(std::sync::TryLockError::Poisoned(e)) => {
+                    return e.into_inner().slots.push(slot)
+                }
+                Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+            }
         }
     }
 }
