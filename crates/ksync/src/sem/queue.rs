@@ -173,6 +173,22 @@ pub(super) fn learn(budget: u32, completed_while_polling: bool) {
     });
 }
 
+/// A probe that ended before it could tell anything (a look said to queue):
+/// the thread's next wait probes instead, so that a thread whose semaphore
+/// often has sleepers queued first still finds out when waits are short.
+fn keep_probe_due() {
+    LEARNED.with(|l| {
+        let learned = l.get();
+        if learned.probing {
+            l.set(Learned {
+                budget: 0,
+                waits: PROBE_EVERY - 1,
+                probing: false,
+            });
+        }
+    });
+}
+
 /// What one look at a polled semaphore word decided.
 pub(super) enum Look<T> {
     /// Nothing yet: poll again.
@@ -216,7 +232,10 @@ pub(super) fn poll_before_queueing<T>(
         cpu_relax();
         match look() {
             Look::Again => {}
-            Look::Queue => return (Polled::Queue, polls),
+            Look::Queue => {
+                keep_probe_due();
+                return (Polled::Queue, polls);
+            }
             Look::Done(answer) => break Polled::Done(answer),
         }
         if polls % 64 == 1 && deadline.is_some_and(|d| Instant::now() >= d) {
@@ -472,6 +491,17 @@ mod tests {
             assert_eq!(spin_budget(), 2 * PROBE_SPIN);
             // And a failure after that halves, as before.
             learn(2 * PROBE_SPIN, false);
+            assert_eq!(spin_budget(), PROBE_SPIN);
+            // Back at nothing, a probe cut short by a look that says to
+            // queue is not lost: the next wait probes.
+            for budget in [PROBE_SPIN, PROBE_SPIN / 2, PROBE_SPIN / 4, PROBE_SPIN / 8] {
+                learn(budget, false);
+            }
+            for _ in 0..PROBE_EVERY - 1 {
+                assert_eq!(spin_budget(), 0);
+            }
+            let (polled, polls) = poll_before_queueing::<()>(None, || Look::Queue);
+            assert_eq!((polled, polls), (Polled::Queue, 1));
             assert_eq!(spin_budget(), PROBE_SPIN);
         })
         .join()
