@@ -117,9 +117,8 @@ std::thread_local! {
 /// polls, after which the thread sleeps at once and only probes with 128
 /// polls on one wait in 16 (a probe that fails goes straight back to
 /// nothing; one that succeeds starts again from 256). Ping-pong between two
-/// threads learns to poll;
-/// sembench's 250 workers, reposted only after hundreds of other wake-ups,
-/// learn not to.
+/// threads learns to poll; sembench's 250 workers, reposted only after
+/// hundreds of other wake-ups, learn not to.
 pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
