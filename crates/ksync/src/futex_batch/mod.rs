@@ -28,6 +28,12 @@
 //! sizes for the CPUs, not for the sleepers. [`note_sleeping_thread`]
 //! (`hash.rs`) grows it as threads start sleeping on words woken here.
 //!
+//! Where the machine has CPUs to spare, a poster need not make every wake
+//! itself: [`Spread`] (`spread.rs`) shares a post's wakes out among the
+//! sleepers it wakes first, each of which claims and wakes a few more before
+//! it returns, while the poster claims the rest. [`sharing`] says whether
+//! posts do (by default with 4 or more CPUs).
+//!
 //! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:
 //! four structures and a dozen constants of `include/uapi/linux/io_uring.h`,
 //! their layouts checked at compile time) rather than taken from the
@@ -145,8 +151,11 @@ unsafe fn wake_one(word: *const AtomicU32, scope: Scope) {
 
 #[cfg(all(not(loom), target_os = "linux"))]
 mod hash;
+mod spread;
 #[cfg(all(not(loom), target_os = "linux"))]
 mod uring;
+
+pub use spread::{set_sharing, sharing, Board, Handle, Spread};
 
 #[cfg(all(not(loom), target_os = "linux"))]
 pub use hash::note_sleeping_thread;
