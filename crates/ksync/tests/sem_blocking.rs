@@ -1253,3 +1253,40 @@ fn counters_count_wakeups() {
     s.remove().unwrap();
     let _ = s.counters();
 }
+
+/// A post that completes many parked sleepers shares its wake-ups out among
+/// the woken (on by default only with 4 or more CPUs; forced on here, for
+/// this whole test binary, so that every machine runs it). Every sleeper
+/// must return, round after round: a wake that the poster and its helpers
+/// both left to the other would leave one asleep, and the watchdog fires.
+#[test]
+fn a_post_shares_its_wake_ups_out_and_every_sleeper_returns() {
+    let _dog = Watchdog::arm(
+        "a_post_shares_its_wake_ups_out_and_every_sleeper_returns",
+        Duration::from_secs(60),
+    );
+    ksync::futex_batch::set_sharing(true);
+    const SLEEPERS: usize = 24;
+    let s = SemSet::new(SLEEPERS).unwrap();
+    thread::scope(|sc| {
+        let _rm = RmOnPanic(&s);
+        for _round in 0..20 {
+            let hs: Vec<_> = (0..SLEEPERS)
+                .map(|k| {
+                    let s = &s;
+                    sc.spawn(move || s.semop(&[sb(k as u16, -1, 0)]))
+                })
+                .collect();
+            for k in 0..SLEEPERS {
+                wait_ncnt(&s, k, 1);
+            }
+            let post: Vec<SemBuf> = (0..SLEEPERS).map(|k| sb(k as u16, 1, 0)).collect();
+            s.semop(&post).unwrap();
+            for h in hs {
+                assert_eq!(finish("sleeper", h), Ok(()));
+            }
+        }
+    });
+    assert_eq!(s.get_all().unwrap(), vec![0; SLEEPERS]);
+    s.remove().unwrap();
+}

@@ -391,6 +391,10 @@ fn watchdog(shared: &Shared, seed: u64, done: &AtomicBool) {
 /// One run: workers, the controller and the watchdog for `run`, then the
 /// set's removal. `one_cpu` pins every thread to the same CPU.
 fn run_once(test: &str, run: Duration, one_cpu: bool) {
+    // Posts share their wake-ups out among the woken in these runs (by
+    // default only with 4 or more CPUs), so that a wake lost between a
+    // poster and its helpers shows here on any machine.
+    ksync::futex_batch::set_sharing(true);
     let seed = stress_seed(test);
     let cpu = one_cpu.then(first_allowed_cpu);
     let shared = Arc::new(Shared::new());

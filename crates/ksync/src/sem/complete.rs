@@ -35,7 +35,7 @@
 use super::counters::Counters;
 use super::mode::Held;
 use super::perform::{Attempt, Op};
-use super::queue::{NodeRef, WaitList, Waited, Wakeups, DONE};
+use super::queue::{NodeRef, Sleeper, WaitList, Waited, Wakeups, DONE};
 use super::state::SetShared;
 use super::{SemBuf, SEM_UNDO};
 use crate::prefetch;
@@ -452,13 +452,30 @@ impl SetShared {
     /// Counts a blocked call's polls and futex waits: a single operation's on
     /// its semaphore, a complex call's on the global counters.
     pub(super) fn count_wait(&self, sops: &[SemBuf], waited: &Waited) {
-        let counters = match sops {
-            [sop] => &self.sems[usize::from(sop.num)].counters,
-            _ => &self.global.counters,
-        };
+        let counters = self.wait_counters(sops);
         Counters::add(&counters.outside.polls, u64::from(waited.polls));
         if waited.parks > 0 {
             Counters::add(&counters.outside.parks, u64::from(waited.parks));
+        }
+    }
+}
+
+impl SetShared {
+    /// The counters a blocked call's events go to.
+    fn wait_counters(&self, sops: &[SemBuf]) -> &Counters {
+        match sops {
+            [sop] => &self.sems[usize::from(sop.num)].counters,
+            _ => &self.global.counters,
+        }
+    }
+
+    /// A woken caller's share of its waker's wake-ups
+    /// ([`Sleeper::help_wake`]), counted with the caller's waits. Call it
+    /// once the call has its result, with no lock held.
+    pub(super) fn help_wake(&self, sops: &[SemBuf], sleeper: &Sleeper) {
+        let calls = sleeper.help_wake();
+        if calls > 0 {
+            Counters::add(&self.wait_counters(sops).outside.wake_calls, calls as u64);
         }
     }
 }

@@ -46,9 +46,10 @@ use std::time::Instant;
 use super::undo_entry::UndoEntry;
 use super::SemBuf;
 use crate::futex::{self, Wake};
+use crate::futex_batch::{Board, Handle, Spread};
 use crate::relax::cpu_relax;
 use crate::sync::unmodelled::AtomicU32 as TuningU32;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, Ordering};
 
 /// Queued, owner awake.
 pub(super) const PENDING: u32 = 0;
@@ -264,6 +265,10 @@ pub(super) struct Sleeper {
     pub(super) blocking: AtomicU32,
     /// Uses the sequential (duplicate-aware) evaluation.
     pub(super) dupsop: bool,
+    /// The waker's share-out of its wake-ups ([`Handle`]), written before
+    /// the result and read once the owner has it: the owner helps wake the
+    /// other sleepers of the same post before it returns.
+    help: AtomicPtr<Board>,
 }
 
 impl Sleeper {
@@ -281,7 +286,19 @@ impl Sleeper {
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
             blocking: AtomicU32::new(blocking as u32),
             dupsop,
+            help: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// Called once by the owner after it read its result (with acquire
+    /// ordering, which the waker's release swap pairs with): wakes other
+    /// sleepers of the waker's post until none is left to claim. Returns the
+    /// system calls it made.
+    pub(super) fn help_wake(&self) -> usize {
+        let raw = self.help.swap(core::ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: the waker left this handle's reference for this call, and
+        // the swap takes it exactly once.
+        unsafe { Handle::from_raw(raw).help() }
     }
 
     /// The operations of the blocked call.
@@ -412,10 +429,11 @@ impl NodeRef {
 /// A FIFO wait list: arrival order is the scan order.
 pub(super) type WaitList = VecDeque<NodeRef>;
 
-/// Futex wake-ups owed to parked sleepers, issued after the locks are dropped.
+/// Futex wake-ups owed to parked sleepers, issued after the locks are
+/// dropped and shared out among the woken (`futex_batch::Spread`).
 #[derive(Default)]
 pub(super) struct Wakeups {
-    words: Vec<*const AtomicU32>,
+    spread: Spread,
 }
 
 impl Wakeups {
@@ -429,33 +447,30 @@ impl Wakeups {
     pub(super) unsafe fn deliver(&mut self, node: NodeRef, status: u32) {
         // SAFETY: per the caller's contract the owner is still blocked, so the
         // node is alive until this swap makes the result visible.
-        let word = unsafe { &node.get().status };
-        let word_ptr = word as *const AtomicU32;
+        let sleeper = unsafe { node.get() };
+        // Rides on the release swap below; read by `Sleeper::help_wake`.
+        sleeper
+            .help
+            .store(self.spread.handle().into_raw(), Ordering::Relaxed);
+        let word = &sleeper.status;
         // Pairs with the owner's acquire loads of `status` in
         // `Sleeper::wait` (and, after a time-out, in `SemSet::op`).
         if word.swap(status, Ordering::Release) == PARKED {
-            self.words.push(word_ptr);
+            // Only a key for FUTEX_WAKE from here on: the node may be gone,
+            // and a wake of whatever lives there then is spurious.
+            self.spread.push(word);
         }
     }
 
     /// How many sleepers need a kernel wake-up.
     pub(super) fn len(&self) -> usize {
-        self.words.len()
+        self.spread.len()
     }
 
-    /// Wakes every parked sleeper. Call it with no lock held. Returns the
-    /// system calls it took.
+    /// Wakes every parked sleeper, helped by those woken first. Call it with
+    /// no lock held. Returns the system calls this thread made.
     pub(super) fn wake_all(self) -> usize {
-        if self.words.len() >= 2 {
-            // SAFETY: as below, for each word: one batched system call.
-            return unsafe { crate::futex_batch::wake_all(&self.words) };
-        }
-        for &word in &self.words {
-            // SAFETY: `word` is only a key for FUTEX_WAKE; the node may be
-            // gone, and a wake of whatever lives there now is spurious.
-            unsafe { futex::wake_ptr(word, 1) };
-        }
-        self.words.len()
+        self.spread.wake()
     }
 }
 

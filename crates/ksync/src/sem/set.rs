@@ -282,6 +282,7 @@ impl SemSet {
         let waited = sleeper.wait(deadline, polled);
         set.count_wait(sops, &waited);
         if let Some(status) = waited.status {
+            set.help_wake(sops, sleeper);
             return decode(status);
         }
         // Timed out. Under the lock, either a waker already delivered a
@@ -291,6 +292,7 @@ impl SemSet {
         let status = sleeper.status.load(Ordering::Acquire);
         if status >= DONE {
             set.unlock(held);
+            set.help_wake(sops, sleeper);
             return decode(status);
         }
         let unlinked = set.unlink(&held, sops, node);
