@@ -1,7 +1,8 @@
 //! The floor for a user-space semaphore: bare futex words, no System V
-//! semantics at all, woken with the same batched wake ksync's sets use
-//! (`ksync::futex_batch::wake_each`: one `io_uring_enter` per call where
-//! the kernel has `IORING_OP_FUTEX_WAKE`). What is left of a sembench burn
+//! semantics at all, woken the way ksync's sets wake theirs
+//! (`ksync::futex_batch::Spread`: batched, one `io_uring_enter` per batch
+//! where the kernel has `IORING_OP_FUTEX_WAKE`, and shared out among the
+//! woken where the machine has CPUs to spare). What is left of a sembench burn
 //! here is what any user-space semaphore pays: a sleeper's `FUTEX_WAIT`,
 //! its share of the poster's one wake call, and the context switches. Its
 //! sleepers grow the process's futex hash as ksync's do
@@ -16,12 +17,14 @@
 //! sends the thread straight back to nothing if it fails), then
 //! announces itself in the sleeper count and sleeps on the post count while
 //! that reads 0. `up` adds its posts and collects the words with a
-//! sleeper announced; one batched wake covers them all.
+//! sleeper announced; one shared-out wake covers them all, and each woken
+//! sleeper helps finish it before it returns.
 
 use super::{PlainOp, SemBackend, SemError, WaitEvents, MAX_SEMS};
 use crate::harness::futex;
+use ksync::futex_batch::{Board, Handle, Spread};
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Set in every post count once the set is removed.
 const REMOVED: u32 = 1 << 31;
@@ -78,6 +81,36 @@ fn learn(budget: u32, posted_while_polling: bool) {
 struct Word {
     posts: AtomicU32,
     sleepers: AtomicU32,
+    /// The last poster's share-out of its wake-ups
+    /// (`ksync::futex_batch::Handle`), for whoever takes the post.
+    help: AtomicPtr<Board>,
+}
+
+impl Word {
+    /// Leaves `handle` for whoever takes the next post here, and helps with
+    /// a handle nobody took (a post taken by a caller that found no handle
+    /// yet), so that every reference is used once.
+    fn leave(&self, handle: Handle) {
+        let old = self.help.swap(handle.into_raw(), Ordering::Relaxed);
+        // SAFETY: the swap took the old reference off the word; used once.
+        unsafe { Handle::from_raw(old).help() };
+    }
+
+    /// After a post was taken: helps wake the rest of its poster's post.
+    fn help(&self, events: &Events) {
+        let raw = self.help.swap(core::ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: as in `leave`.
+        let calls = unsafe { Handle::from_raw(raw).help() };
+        if calls > 0 {
+            events.wake_calls.fetch_add(calls as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Word {
+    fn drop(&mut self) {
+        self.leave(Handle::NONE);
+    }
 }
 
 /// Counters of what the sleepers and the poster did.
@@ -165,24 +198,34 @@ impl FutexBatch {
             futex::wait(&word.posts, 0);
         };
         word.sleepers.fetch_sub(1, Ordering::Relaxed);
+        // A woken sleeper helps wake the rest of the post, as ksync's do.
+        word.help(&self.events);
         result
     }
 
-    /// Adds every post, then wakes the posted words with a sleeper, in one
-    /// batched wake.
+    /// Adds every post, then wakes the posted words with a sleeper, shared
+    /// out among the woken as ksync's sets share theirs
+    /// (`ksync::futex_batch::Spread`).
     fn post(&self, ups: &[PlainOp]) -> Result<(), SemError> {
-        let mut sleeping: Vec<&AtomicU32> = Vec::with_capacity(ups.len());
+        let mut spread = Spread::new();
         for op in ups {
             let word = self.word(op.num)?;
+            // A handle only where a sleeper is announced, as ksync hands one
+            // only to a queued sleeper (one announced after this look just
+            // does not help). It rides on the release increment below and
+            // is read by `Word::help`.
+            if word.sleepers.load(Ordering::Relaxed) != 0 {
+                word.leave(spread.handle());
+            }
             // Release pairs with the acquire compare-and-swap in `take`.
             word.posts.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if word.sleepers.load(Ordering::Relaxed) != 0 {
-                sleeping.push(&word.posts);
+                spread.push(&word.posts);
             }
         }
-        if !sleeping.is_empty() {
-            let calls = ksync::futex_batch::wake_each(&sleeping);
+        if !spread.is_empty() {
+            let calls = spread.wake();
             self.events
                 .wake_calls
                 .fetch_add(calls as u64, Ordering::Relaxed);
