@@ -573,6 +573,13 @@ mod tests {
         })
     }
 
+    /// A post that shares out or not, whatever this machine's default.
+    fn spread(share: bool) -> Spread {
+        let mut spread = Spread::new();
+        spread.share = share;
+        spread
+    }
+
     fn index(words: &[AtomicU32; 3], word: *const AtomicU32) -> usize {
         words.iter().position(|w| core::ptr::eq(w, word)).unwrap()
     }
@@ -580,8 +587,7 @@ mod tests {
     #[test]
     fn helpers_and_the_poster_share_the_words_out_once_each() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = Spread::new();
-        spread.share = true;
+        let mut spread = spread(true);
         let handles = post(&mut spread, &words);
         assert_eq!(handles[0], Handle::NONE);
         assert!(handles[1..].iter().all(|&h| h != Handle::NONE));
@@ -604,8 +610,7 @@ mod tests {
     #[test]
     fn without_sharing_the_poster_wakes_everything_in_one_batch() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = Spread::new();
-        spread.share = false;
+        let mut spread = spread(false);
         let handles = post(&mut spread, &words);
         assert_eq!(handles, [Handle::NONE; 3]);
         let mut batches = Vec::new();
@@ -619,8 +624,7 @@ mod tests {
     #[test]
     fn a_post_past_the_boards_capacity_wakes_the_rest_itself() {
         let words: Vec<AtomicU32> = (0..CAPACITY + 5).map(|_| AtomicU32::new(0)).collect();
-        let mut spread = Spread::new();
-        spread.share = true;
+        let mut spread = spread(true);
         let handles: Vec<Handle> = words
             .iter()
             .map(|w| {
