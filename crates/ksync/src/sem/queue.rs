@@ -453,12 +453,13 @@ impl Wakeups {
             .help
             .store(self.spread.handle().into_raw(), Ordering::Relaxed);
         let word = &sleeper.status;
+        let word_ptr = word as *const AtomicU32;
         // Pairs with the owner's acquire loads of `status` in
         // `Sleeper::wait` (and, after a time-out, in `SemSet::op`).
         if word.swap(status, Ordering::Release) == PARKED {
             // Only a key for FUTEX_WAKE from here on: the node may be gone,
             // and a wake of whatever lives there then is spurious.
-            self.spread.push(word);
+            self.spread.push_ptr(word_ptr);
         }
     }
 
