@@ -1,7 +1,8 @@
 //! loom models of `ksync::sem`: the sleep / complete / wake handshake (no
-//! lost wake-up, the result visible without a retry), a time-out racing a
-//! waker, removal waking a sleeper, calls on several semaphores taking their
-//! word locks against each other (no deadlock, all or nothing), and the
+//! lost wake-up, the result visible without a retry), a post whose wake-ups
+//! the woken help finish, a time-out racing a waker, removal waking a
+//! sleeper, calls on several semaphores taking their word locks against
+//! each other (no deadlock, all or nothing), and the
 //! switch between per-semaphore and global locking; plus `RawSemLock`, the
 //! futex mutex of the set's global lock.
 //!
@@ -62,6 +63,32 @@ fn a_posted_sleeper_returns_the_wakers_result() {
         PARKED_AND_WOKEN.load(Ordering::Relaxed) > 0,
         "the model never reached a parked sleeper woken by the poster"
     );
+}
+
+/// One post completes two sleepers: the second delivery carries a handle to
+/// the post's shared-out wake-ups (sharing is always on under loom), so the
+/// second sleeper may claim and wake the other's word while the poster is
+/// still at it, and the board may be freed by either. Both return success
+/// and the value is consumed exactly once, whatever the interleaving. (This
+/// model's futex wakes every sleeper at once, so a word claimed but never
+/// woken would not show here: the board's own model in
+/// `futex_batch/spread.rs` checks that each word is woken exactly once.)
+#[test]
+fn a_post_of_two_shares_its_wake_ups_with_the_woken() {
+    model(|| {
+        let set = Arc::new(SemSet::new(1).unwrap());
+        let sleepers: Vec<_> = (0..2)
+            .map(|_| {
+                let set = Arc::clone(&set);
+                loom::thread::spawn(move || set.semop(&op(0, -1)))
+            })
+            .collect();
+        set.semop(&op(0, 2)).unwrap();
+        for sleeper in sleepers {
+            assert_eq!(sleeper.join().unwrap(), Ok(()));
+        }
+        assert_eq!(set.get_value(0), Ok(0));
+    });
 }
 
 /// A time-out racing a post: either the sleeper got the unit (success, value
