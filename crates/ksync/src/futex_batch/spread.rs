@@ -11,18 +11,24 @@
 //! So the wake-up is shared out. The poster writes the words it owes onto a
 //! [`Board`] and, before it delivers a result to a sleeper, leaves that
 //! sleeper a [`Handle`] to the board. The poster then claims words from the
-//! board and wakes them (the first alone, so that a helper starts at once);
-//! every woken sleeper that holds a handle claims words too, one at a time,
-//! before it returns. Each word is claimed exactly once, by a
-//! compare-and-swap on the board's cursor, and whoever claims it wakes it.
+//! board and wakes them (the first alone, so that a helper starts at once,
+//! then a few at a time); every woken sleeper that holds a handle claims
+//! words too, a few at a time, before it returns. Each word is claimed
+//! exactly once, by a compare-and-swap on the board's cursor, and whoever
+//! claims it wakes it.
 //!
 //! Nothing waits for a helper: the poster keeps claiming until nothing is
 //! left, so its call ends when every word has been claimed, by it or by a
-//! running helper. A helper preempted between its claim and its wake delays
-//! that one sleeper, never the poster and never the rest (preemption-tolerant
-//! in the sense of the mission: no hand-off to one specific thread). The
+//! running helper. A helper preempted between its claim and its wakes delays
+//! the few sleepers it claimed, never the poster and never the rest: there
+//! is no hand-off to one specific thread, which a preempted thread would
+//! stall (a chain of wakes, each sleeper waking the next, would). The
 //! words themselves are futex keys only, as for any batched wake: a wake that
 //! reaches a later call's word at the same address is spurious.
+//!
+//! Where no CPU is idle, sharing out costs more than it saves (the same
+//! wakes, in more and smaller system calls), so it is on by default only
+//! with 4 or more CPUs ([`sharing`], [`set_sharing`]).
 //!
 //! The board is reference-counted: the poster holds a large bias while it
 //! drains, each handle one. Whoever drops the count to zero frees it; a
