@@ -213,6 +213,7 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         config.main_cpu.map_or("none".into(), |c| c.to_string()),
     )
     .param("pause_s", config.pause.as_secs_f64())
+    .param("wake_sharing", ksync::futex_batch::sharing())
     .metric("burns_per_s", o.burns_per_sec())
     .metric("ops_per_s", o.burns_per_sec())
     .metric("worker_burns", o.total() as f64)
@@ -373,15 +374,17 @@ fn breakdown(points: &[Measured]) -> Table {
             shown(m, "polls_per_burn", 1),
         ]);
     }
-    table.note(
+    table.note(format!(
         "Per worker burn, over the measured run. cpu and switches: getrusage of the whole \
          process (main thread included; with --processes, plus the worker processes over their \
          whole lives, start and shutdown included). futex sleeps, wake calls (io_uring_enter or FUTEX_WAKE), \
          lock waits (an internal lock found taken) and polls (looks at a word before sleeping): \
          the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
-         semtimedop per burn and its share of the poster's calls)."
-            .into(),
-    );
+         semtimedop per burn and its share of the poster's calls). Wake-ups shared out among \
+         the woken (ksync-sem and futex-batch; on by default with 4 or more CPUs, \
+         KSYNC_WAKE_SHARING=0|1): {} in this run; wake calls then include the woken's.",
+        if ksync::futex_batch::sharing() { "on" } else { "off" }
+    ));
     table
 }
 
