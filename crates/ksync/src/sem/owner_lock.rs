@@ -207,6 +207,12 @@ mod tests {
     use crate::sync::{AtomicBool, UnsafeCell};
     use loom::sync::Arc;
 
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut model = loom::model::Builder::new();
+        model.max_branches = 20_000;
+        model.check(f);
+    }
+
     /// Owners are threads here; owner `i` is dead once `alive[i]` is false.
     /// `events` counts what ends a nap (a release that wakes, a death, the
     /// timer); `timer` is a nap's time running out once, at whatever moment
@@ -282,9 +288,7 @@ mod tests {
     /// the model.
     #[test]
     fn a_dead_holders_lock_is_taken_over_and_live_holders_exclude_each_other() {
-        let mut model = loom::model::Builder::new();
-        model.max_branches = 20_000;
-        model.check(|| {
+        model(|| {
             let s = Arc::new(Shared {
                 word: AtomicU32::new(0),
                 owners: Threads {
@@ -412,9 +416,7 @@ mod tests {
     /// replays it.)
     #[test]
     fn threads_sharing_an_owner_code_are_never_taken_over_from() {
-        let mut model = loom::model::Builder::new();
-        model.max_branches = 20_000;
-        model.check(|| {
+        model(|| {
             let s = Arc::new(Process1 {
                 word: AtomicU32::new(0),
                 procs: Procs {
