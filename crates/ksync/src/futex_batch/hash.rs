@@ -52,7 +52,8 @@ std::thread_local! {
 /// Counts the calling thread among those that sleep on futex words, once,
 /// and grows the process's private futex hash when the count calls for it
 /// (see the module docs). Call it before a thread's sleep on a word that
-/// [`wake_each`](super::wake_each) or many wakers will wake; calling it again
+/// [`wake_each`](super::wake_each), a [`Spread`](super::Spread) or many
+/// wakers will wake; calling it again
 /// costs one thread-local load.
 pub fn note_sleeping_thread() {
     if COUNTED.with(Cell::get) {

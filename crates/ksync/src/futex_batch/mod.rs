@@ -94,8 +94,10 @@ pub(crate) unsafe fn wake_all_in(scope: Scope, words: &[*const AtomicU32]) -> us
 /// the kernel has `IORING_OP_FUTEX_WAKE` and one `FUTEX_WAKE` per word
 /// otherwise. Returns the system calls it made.
 ///
-/// This is the batched wake ksync's semaphore sets use, for callers that
-/// keep their own futex words (the lab's floor for a semaphore, for one).
+/// This is the batched wake ksync's semaphore sets make when they do not
+/// share their wake-ups out, for callers that keep their own futex words;
+/// [`Spread`] is the shared-out wake the sets (and the lab's floor for a
+/// semaphore) use, which falls back to this one batch where sharing is off.
 ///
 /// ```
 /// use std::sync::atomic::AtomicU32;
