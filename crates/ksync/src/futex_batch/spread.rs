@@ -31,9 +31,14 @@
 //! with 4 or more CPUs ([`sharing`], [`set_sharing`]).
 //!
 //! The board is reference-counted: the poster holds a large bias while it
-//! drains, each handle one. Whoever drops the count to zero frees it; a
-//! poster that finds no handle outstanding keeps the board for its thread's
-//! next post, so a post that wakes one sleeper allocates nothing.
+//! drains, each handle one. The poster counts the handles it gives out in
+//! its own variable and settles them when it drops its bias (it subtracts
+//! the bias less the handles), so a delivery costs the poster no atomic
+//! read-modify-write on a line that helpers may be working on; meanwhile
+//! the bias keeps the count far above zero, however many handles come back.
+//! Whoever drops the count to zero frees the board; a poster that finds no
+//! handle outstanding keeps it for its thread's next post, so a post that
+//! wakes one sleeper allocates nothing.
 //!
 //! Barriers: the release store of `len` in [`Spread::push`] pairs with the
 //! acquire load of `len` in [`Board::claim`] (a claimed entry was written);
@@ -131,7 +136,8 @@ pub fn sharing() -> bool {
 
 /// Words owed a wake, and who has claimed how many.
 pub struct Board {
-    /// [`POSTER_BIAS`] while the poster drains it, plus one per handle out.
+    /// [`POSTER_BIAS`] less the handles already dropped while the poster
+    /// posts and drains; afterwards, the handles still out.
     refs: AtomicUsize,
     /// Entries written; only the poster writes it.
     len: AtomicUsize,
@@ -175,21 +181,31 @@ impl Board {
         self.words[i].load(Ordering::Relaxed).cast_const()
     }
 
+    /// Wakes the entries `claimed` (at most [`MAX_CHUNK`]) in one batched
+    /// wake. Returns the system calls made.
+    fn wake_claimed(
+        &self,
+        claimed: Range<usize>,
+        wake: impl FnOnce(&[*const AtomicU32]) -> usize,
+    ) -> usize {
+        let mut batch = [core::ptr::null::<AtomicU32>(); MAX_CHUNK];
+        let n = claimed.len();
+        for (slot, i) in batch.iter_mut().zip(claimed) {
+            *slot = self.word(i);
+        }
+        wake(&batch[..n])
+    }
+
     /// Claims up to `chunk` entries at a time and wakes them, each chunk in
     /// one batched wake, until none is left. Returns the system calls made.
     fn drain(&self, chunk: usize, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let mut calls = 0;
-        let mut batch = [core::ptr::null::<AtomicU32>(); MAX_CHUNK];
         loop {
             let claimed = self.claim(chunk.min(MAX_CHUNK));
             if claimed.is_empty() {
                 return calls;
             }
-            let n = claimed.len();
-            for (slot, i) in batch.iter_mut().zip(claimed) {
-                *slot = self.word(i);
-            }
-            calls += wake(&batch[..n]);
+            calls += self.wake_claimed(claimed, &mut wake);
         }
     }
 
@@ -198,10 +214,12 @@ impl Board {
         self.refs.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
-    /// Drops the poster's bias: true if no handle was outstanding, so the
-    /// poster owns the board again.
-    fn drop_bias(&self) -> bool {
-        self.refs.fetch_sub(POSTER_BIAS, Ordering::AcqRel) == POSTER_BIAS
+    /// Drops the poster's bias, settling the `handles` it gave out (each
+    /// holds one reference from here on): true if none is outstanding, so
+    /// the poster owns the board again.
+    fn drop_bias(&self, handles: usize) -> bool {
+        let settled = POSTER_BIAS - handles;
+        self.refs.fetch_sub(settled, Ordering::AcqRel) == settled
     }
 
     /// Makes a board the poster owns alone new again.
@@ -295,8 +313,17 @@ pub struct Spread {
     board: Option<NonNull<Board>>,
     /// Entries written to the board (the poster's copy of `len`).
     len: usize,
-    /// Handles given out, the first delivery's excepted.
+    /// Deliveries so far (the first gets no handle).
     deliveries: usize,
+    /// Handles given out, settled with the board's count in `finish`.
+    handles: usize,
+    /// The last delivery got a handle: if its word is pushed next, its
+    /// sleeper can help.
+    handed: bool,
+    /// The board entry of the first word whose sleeper can help. The first
+    /// wake reaches it, with the words before it (the first delivery's,
+    /// which has no handle): woken alone, that one would help nobody.
+    first_helper: Option<usize>,
     /// Words past the board's capacity.
     overflow: Vec<*const AtomicU32>,
 }
@@ -315,6 +342,9 @@ impl Spread {
             board: None,
             len: 0,
             deliveries: 0,
+            handles: 0,
+            handed: false,
+            first_helper: None,
             overflow: Vec::new(),
         }
     }
@@ -328,17 +358,14 @@ impl Spread {
     /// more; the sleepers after it help.
     pub fn handle(&mut self) -> Handle {
         self.deliveries += 1;
-        if self.deliveries == 1 || !self.share {
+        self.handed = self.deliveries > 1 && self.share;
+        if !self.handed {
             return Handle::NONE;
         }
-        let board = self.board();
-        // SAFETY: we hold the poster's bias, so the board is alive. Relaxed:
-        // the handle reaches its sleeper through the caller's release, and
-        // the sleeper's decrement cannot come before it.
-        unsafe { board.as_ref() }
-            .refs
-            .fetch_add(1, Ordering::Relaxed);
-        Handle(board.as_ptr())
+        // Counted here, settled in `finish`: the bias covers it until then.
+        // The handle reaches its sleeper through the caller's release.
+        self.handles += 1;
+        Handle(self.board().as_ptr())
     }
 
     /// Owes `word` a wake. The word is a futex key only: it may be gone by
@@ -348,6 +375,9 @@ impl Spread {
     }
 
     pub(crate) fn push_ptr(&mut self, word: *const AtomicU32) {
+        if core::mem::take(&mut self.handed) && self.first_helper.is_none() {
+            self.first_helper = Some(self.len);
+        }
         if self.len == CAPACITY || !self.share {
             self.overflow.push(word);
             return;
@@ -385,14 +415,16 @@ impl Spread {
         if let Some(board) = self.board.take() {
             // SAFETY: we hold the poster's bias until `drop_bias`.
             let b = unsafe { board.as_ref() };
-            // The first word alone, so that its sleeper starts helping while
-            // the poster goes on; then a few at a time, in one batched wake.
-            let first = b.claim(1);
+            // The first helper's word first, with only the words before it,
+            // so that its sleeper starts helping while the poster goes on;
+            // then a few at a time, in one batched wake.
+            let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
+            let first = b.claim(most);
             if !first.is_empty() {
-                calls += wake(&[b.word(first.start)]);
+                calls += b.wake_claimed(first, &mut wake);
             }
             calls += b.drain(POSTER_CHUNK, &mut wake);
-            if b.drop_bias() {
+            if b.drop_bias(self.handles) {
                 b.reset();
                 spare::put(board);
             }
@@ -403,6 +435,9 @@ impl Spread {
         }
         self.len = 0;
         self.deliveries = 0;
+        self.handles = 0;
+        self.handed = false;
+        self.first_helper = None;
         calls
     }
 }
@@ -611,6 +646,55 @@ mod tests {
         assert_eq!(unsafe { handles[2].help_with(&mut record) }, 0);
         woken.sort_unstable();
         assert_eq!(woken, [0, 1, 2]);
+    }
+
+    #[test]
+    fn the_first_wake_reaches_the_first_sleeper_that_can_help() {
+        let words: [AtomicU32; 3] = Default::default();
+        let mut spread = spread(true);
+        let handles = post(&mut spread, &words);
+        let mut batches = Vec::new();
+        assert_eq!(
+            spread.finish(|ws| {
+                batches.push(ws.iter().map(|&w| index(&words, w)).collect::<Vec<_>>());
+                1
+            }),
+            2
+        );
+        // The first delivery has no handle: woken alone it would help
+        // nobody, so the first wake takes the second word with it.
+        assert_eq!(batches, [vec![0, 1], vec![2]]);
+        // The poster settled the two handles it counted: they hold the
+        // board now, one reference each.
+        // SAFETY: the outstanding handles keep the board alive.
+        let board = unsafe { &*handles[1].into_raw() };
+        assert_eq!(board.refs.load(Ordering::Relaxed), 2);
+        for h in &handles[1..] {
+            // SAFETY: each handle used once (the last one frees the board).
+            assert_eq!(unsafe { h.help_with(|ws| ws.len()) }, 0);
+        }
+    }
+
+    #[test]
+    fn a_first_helper_that_did_not_park_leaves_the_first_wake_alone() {
+        let words: [AtomicU32; 3] = Default::default();
+        let mut spread = spread(true);
+        // The first two deliveries find their sleepers awake: only the third
+        // word is owed a wake, and it is the first on the board.
+        let _ = spread.handle();
+        let spinning = spread.handle();
+        let parked = spread.handle();
+        spread.push(&words[2]);
+        let mut batches = Vec::new();
+        spread.finish(|ws| {
+            batches.push(ws.iter().map(|&w| index(&words, w)).collect::<Vec<_>>());
+            1
+        });
+        assert_eq!(batches, [vec![2]]);
+        for h in [spinning, parked] {
+            // SAFETY: each handle used once.
+            assert_eq!(unsafe { h.help_with(|ws| ws.len()) }, 0);
+        }
     }
 
     #[test]
