@@ -190,6 +190,41 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             o.unbound
         ));
     }
+    if !o.idle.is_empty() {
+        // A few are enough to tell a late wake-up from a lost one.
+        const SHOWN: usize = 4;
+        let shown: Vec<String> = o
+            .idle
+            .iter()
+            .take(SHOWN)
+            .map(|w| {
+                let known = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+                format!(
+                    "worker {} {}, sleepers on its semaphore {}, value {}",
+                    w.worker,
+                    if w.ready { "ready" } else { "posted" },
+                    known(w.sleepers.map(|n| n.to_string())),
+                    known(w.value.map(|v| v.to_string()))
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "note: {} workers completed no wait during the run ({}{})",
+            o.idle.len(),
+            shown.join("; "),
+            if o.idle.len() > SHOWN { "; ..." } else { "" }
+        ));
+    }
+    if o.started_at_clock < o.threads {
+        let last = o.all_started_after.map_or_else(
+            || "not all had started by the end of the run".to_string(),
+            |d| format!("the last started {:.1} ms into the run", d.as_secs_f64() * 1e3),
+        );
+        lines.push(format!(
+            "note: {} of {} workers had started when the clock started; {last}",
+            o.started_at_clock, o.threads
+        ));
+    }
     lines
 }
 
@@ -225,6 +260,15 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     .metric("post_calls", o.post_calls as f64)
     .metric("elapsed_ms", o.elapsed.as_secs_f64() * 1e3)
     .metric("unbound_workers", o.unbound as f64)
+    .metric("idle_workers", o.idle.len() as f64)
+    .metric("started_at_clock", o.started_at_clock as f64)
+    .metric(
+        "all_started_ms",
+        o.all_started_after
+            .map_or(if o.started_at_clock < o.threads { f64::NAN } else { 0.0 }, |d| {
+                d.as_secs_f64() * 1e3
+            }),
+    )
     .metric(
         "cpu_us_per_burn",
         per_burn((o.usage.user + o.usage.system).as_nanos() as u64) / 1e3,

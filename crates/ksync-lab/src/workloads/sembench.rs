@@ -45,7 +45,7 @@ use crate::peers::sem::{SemBackend, SemVisitor, SetCounters, WaitEvents};
 use ksync::stat::LockStatSnapshot;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -178,6 +178,14 @@ pub struct Outcome {
     pub lock_stats: Option<LockStatSnapshot>,
     /// Workers that could not be bound to their CPU.
     pub unbound: usize,
+    /// Workers that completed no wait during the run, as the main thread
+    /// found them when the clock stopped.
+    pub idle: Vec<Idle>,
+    /// Workers that had started when the clock started (sembench starts it
+    /// once one has), and how far into the run the last one started: `None`
+    /// if that was before the clock started or never happened in the run.
+    pub started_at_clock: usize,
+    pub all_started_after: Option<Duration>,
     /// The worker processes, if the workers ran in forked children; their
     /// CPU time and switches (`usage`) then cover their whole lives.
     pub processes: Option<usize>,
@@ -210,6 +218,20 @@ impl Outcome {
     }
 }
 
+/// A worker that completed no wait during the run, as the main thread
+/// found it when the clock stopped: whether it had said it was about to
+/// sleep, and what its semaphore said (sleepers and value; `None` if the
+/// backend cannot tell). A worker posted (not ready) that stayed at zero was
+/// woken late or not at all, or never got a CPU; one ready and counted as a
+/// sleeper on a semaphore whose value would let it run is a lost wake-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Idle {
+    pub worker: usize,
+    pub ready: bool,
+    pub sleepers: Option<usize>,
+    pub value: Option<i32>,
+}
+
 /// One worker's slot in the flat work list, as sembench's `lockinfo`.
 struct Slot {
     array: u32,
@@ -219,6 +241,9 @@ struct Slot {
     data: AtomicU32,
     /// 1: "I am about to sleep, post me".
     ready: AtomicU32,
+    /// The worker's burns so far, for the main thread's look at who did
+    /// none (`Idle`).
+    burns: AtomicU64,
 }
 
 /// The run's state every worker and the main thread see, in whichever
@@ -301,6 +326,7 @@ impl<B: SemBackend> Shared<B> {
                 break;
             }
             burns += 1;
+            slot.burns.store(burns, Ordering::Relaxed);
         }
         self.flags().exited.fetch_add(1, Ordering::AcqRel);
         burns
@@ -360,6 +386,24 @@ impl<B: SemBackend> Shared<B> {
         result.map(|()| calls).map_err(|e| e.to_string())
     }
 
+    /// The workers that have burned nothing, and what their semaphores say.
+    fn idle_workers(&self) -> Vec<Idle> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].burns.load(Ordering::Relaxed) == 0)
+            .map(|i| {
+                let slot = &self.slots[i];
+                let set = &self.sets[slot.array as usize];
+                let num = slot.index as usize;
+                Idle {
+                    worker: i,
+                    ready: slot.ready.load(Ordering::Acquire) != 0,
+                    sleepers: set.waiters(num).ok(),
+                    value: set.value(num).ok(),
+                }
+            })
+            .collect()
+    }
+
     /// The sets' counters summed, for a backend that keeps them.
     fn counters(&self) -> Option<SetCounters> {
         self.sets
@@ -404,6 +448,7 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
             index: (i % SEMS_PER_ARRAY) as u32,
             data: AtomicU32::new(0),
             ready: AtomicU32::new(0),
+            burns: AtomicU64::new(0),
         })?,
         flags: SharedArray::new(1, |_| Flags::default())?,
         failure: FirstError::default(),
@@ -432,18 +477,30 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     shared.sets.iter().for_each(B::reset_lock_stats);
     let usage_before = Usage::now();
     let start = Instant::now();
+    // Workers still starting run on the clock: a run in which the first few
+    // cycle fast while the rest have not run yet is not the steady state
+    // sembench measures, and its output says so.
+    let started_at_clock = shared.flags().started.load(Ordering::Acquire);
+    let mut all_started_after = None;
     while !shared.failed() {
         match shared.wake_pass(config.wake, &mut last, &mut per_array) {
             Ok(calls) => post_calls += calls,
             Err(e) => shared.fail(format!("main thread: {e}")),
         }
         main_burns += 1;
+        if started_at_clock < config.threads
+            && all_started_after.is_none()
+            && shared.flags().started.load(Ordering::Relaxed) == config.threads
+        {
+            all_started_after = Some(start.elapsed());
+        }
         if start.elapsed() >= config.run {
             break;
         }
     }
     let elapsed = start.elapsed();
     let usage = Usage::now().since(usage_before);
+    let idle = shared.idle_workers();
     let lock_stats = shared
         .sets
         .iter()
@@ -471,6 +528,9 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         usage: usage.plus(children_usage),
         lock_stats,
         unbound: shared.flags().unbound.load(Ordering::Relaxed),
+        idle,
+        started_at_clock,
+        all_started_after,
         processes: config.processes,
     })
 }
@@ -736,6 +796,36 @@ mod tests {
             assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
             assert!(o.post_calls > 0, "{o:?}");
         }
+    }
+
+    #[test]
+    fn idle_workers_are_those_without_a_burn_with_their_semaphores_state() {
+        let shared = Shared {
+            sets: vec![ksync::sem::SemSet::create(3).unwrap()],
+            slots: SharedArray::new(3, |i| Slot {
+                array: 0,
+                index: i as u32,
+                data: AtomicU32::new(0),
+                ready: AtomicU32::new(0),
+                burns: AtomicU64::new(0),
+            })
+            .unwrap(),
+            flags: SharedArray::new(1, |_| Flags::default()).unwrap(),
+            failure: FirstError::default(),
+            cpus: Vec::new(),
+            bind: false,
+        };
+        shared.slots[0].burns.store(5, Ordering::Relaxed);
+        shared.slots[2].ready.store(1, Ordering::Relaxed);
+        shared.sets[0].set_value(2, 1).unwrap();
+        let idle = shared.idle_workers();
+        let expect = |worker, ready, value| Idle {
+            worker,
+            ready,
+            sleepers: Some(0),
+            value: Some(value),
+        };
+        assert_eq!(idle, [expect(1, false, 0), expect(2, true, 1)]);
     }
 
     #[test]
