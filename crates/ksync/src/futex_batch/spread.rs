@@ -81,9 +81,11 @@ const POSTER_BIAS: usize = 1 << (usize::BITS - 2);
 /// CPUs; where every CPU is busy, the wakes cost their CPU time wherever
 /// they run, and spread over many helpers they take more system calls. On
 /// a 2-CPU guest, sembench with 250 workers fell from 0.82x to 0.74x the
-/// kernel with sharing on; on 16 CPUs it rose (BENCHMARKS.md). Machines in
-/// between were not measured; 4 is where a poster and a helper can both
-/// run beside a busy CPU or two.
+/// kernel with sharing on. On 4 and 8 CPUs of a 16-CPU guest (the process
+/// bound to them, which is what the default sees) the lab's floor rose
+/// from 0.84x-0.96x to 1.17x-1.38x the kernel (4) and from 0.97x to 1.41x
+/// (8), and `SemSet` from 0.85x to 1.28x (8); on all 16 it rose too
+/// (BENCHMARKS.md). 3 CPUs were not measured.
 const SHARING_MIN_CPUS: usize = 4;
 
 /// The environment variable that decides sharing: `0` off, any other
