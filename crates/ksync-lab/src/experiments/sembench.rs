@@ -218,7 +218,12 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
     if o.started_at_clock < o.threads {
         let last = o.all_started_after.map_or_else(
             || "not all had started by the end of the run".to_string(),
-            |d| format!("the last started {:.1} ms into the run", d.as_secs_f64() * 1e3),
+            |d| {
+                format!(
+                    "the last started {:.1} ms into the run",
+                    d.as_secs_f64() * 1e3
+                )
+            },
         );
         lines.push(format!(
             "note: {} of {} workers had started when the clock started; {last}",
@@ -264,10 +269,14 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     .metric("started_at_clock", o.started_at_clock as f64)
     .metric(
         "all_started_ms",
-        o.all_started_after
-            .map_or(if o.started_at_clock < o.threads { f64::NAN } else { 0.0 }, |d| {
-                d.as_secs_f64() * 1e3
-            }),
+        o.all_started_after.map_or(
+            if o.started_at_clock < o.threads {
+                f64::NAN
+            } else {
+                0.0
+            },
+            |d| d.as_secs_f64() * 1e3,
+        ),
     )
     .metric(
         "cpu_us_per_burn",
