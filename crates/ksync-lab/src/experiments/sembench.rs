@@ -190,6 +190,17 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             o.unbound
         ));
     }
+    if o.polled_unevenly() {
+        lines.push(format!(
+            "note: {:.0}% of burns slept and workers burned unevenly (min {}, avg {:.0}): a few \
+             workers were posted while they still polled and cycled with the main thread, while \
+             the rest waited for a CPU; this run measured that, not sleep-and-wake cycles, and \
+             its ratio against a backend whose workers sleep does not compare",
+            o.events.map_or(0.0, |e| o.per_burn(e.sleeps) * 100.0),
+            o.min(),
+            o.avg()
+        ));
+    }
     if !o.idle.is_empty() {
         // A few are enough to tell a late wake-up from a lost one.
         const SHOWN: usize = 4;
@@ -266,6 +277,7 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     .metric("elapsed_ms", o.elapsed.as_secs_f64() * 1e3)
     .metric("unbound_workers", o.unbound as f64)
     .metric("idle_workers", o.idle.len() as f64)
+    .metric("polled_unevenly", f64::from(u8::from(o.polled_unevenly())))
     .metric("started_at_clock", o.started_at_clock as f64)
     .metric(
         "all_started_ms",
@@ -386,6 +398,20 @@ fn table(points: &[Measured]) -> Table {
             m.show("avg_burns", 0),
             shown(m, "futex_wakes_per_burn", 3),
         ]);
+    }
+    let uneven: Vec<String> = points
+        .iter()
+        .filter(|m| m.max.get("polled_unevenly").is_some_and(|&v| v > 0.0))
+        .map(|m| m.record.params.get("backend").cloned().unwrap_or_default())
+        .collect();
+    if !uneven.is_empty() {
+        table.note(format!(
+            "In at least one run of {}, a few workers polled and cycled with the main thread \
+             while the rest waited for a CPU (see the note under that run): such a run does not \
+             measure sleep-and-wake cycles, and the medians and ratios above mix it with runs \
+             that do.",
+            uneven.join(", ")
+        ));
     }
     table
 }

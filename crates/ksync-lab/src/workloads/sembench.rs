@@ -211,6 +211,20 @@ impl Outcome {
     pub fn per_burn(&self, n: u64) -> f64 {
         n as f64 / self.total().max(1) as f64
     }
+    /// Whether the run went into the regime where a few workers, posted
+    /// while they still polled, cycle with the main thread without ever
+    /// sleeping while the rest wait for a CPU: fewer than half the burns
+    /// slept, and the least busy worker burned less than half the average
+    /// (in runs where every burn slept it burns 0.8 to 1 times it). A run like that measures polling handshakes, not the
+    /// sleep-and-wake cycles sembench is about, and its ratio against a
+    /// backend whose workers always sleep (the kernel's) does not compare.
+    /// It needs a backend that counts its sleeps; on 2 and 4 CPUs it comes
+    /// and goes from run to run (BENCHMARKS.md).
+    pub fn polled_unevenly(&self) -> bool {
+        self.events.is_some_and(|e| {
+            self.per_burn(e.sleeps) < 0.5 && (self.min() as f64) < self.avg() / 2.0
+        })
+    }
     /// Workers posted per main-loop iteration (Spraul's 2.9 before his
     /// series, 62.8 after).
     pub fn burns_per_main_burn(&self) -> f64 {
@@ -796,6 +810,40 @@ mod tests {
             assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
             assert!(o.post_calls > 0, "{o:?}");
         }
+    }
+
+    #[test]
+    fn a_run_is_flagged_when_few_burns_slept_and_workers_burned_unevenly() {
+        let outcome = |burns: Vec<u64>, sleeps: Option<u64>| Outcome {
+            threads: burns.len(),
+            wake: 64,
+            run: Duration::from_secs(1),
+            elapsed: Duration::from_secs(1),
+            main_burns: 1,
+            worker_burns: burns,
+            post_calls: 1,
+            counters: None,
+            events: sleeps.map(|sleeps| WaitEvents {
+                sleeps,
+                ..WaitEvents::default()
+            }),
+            usage: Usage::default(),
+            lock_stats: None,
+            unbound: 0,
+            processes: None,
+            idle: Vec::new(),
+            started_at_clock: 0,
+            all_started_after: None,
+        };
+        // 400 burns, 40 slept, the least busy worker at 10 of 100 average.
+        let uneven = vec![10, 90, 100, 200];
+        assert!(outcome(uneven.clone(), Some(40)).polled_unevenly());
+        // Most burns slept: the cycles were sleep-and-wake, however uneven.
+        assert!(!outcome(uneven.clone(), Some(300)).polled_unevenly());
+        // Even: a handshake per burn with a CPU each (sembench -t 8 on 16).
+        assert!(!outcome(vec![100; 4], Some(0)).polled_unevenly());
+        // A backend that does not count its sleeps cannot tell.
+        assert!(!outcome(uneven, None).polled_unevenly());
     }
 
     #[test]
