@@ -215,11 +215,12 @@ impl Outcome {
     /// while they still polled, cycle with the main thread without ever
     /// sleeping while the rest wait for a CPU: fewer than half the burns
     /// slept, and the least busy worker burned less than half the average
-    /// (in runs where every burn slept it burns 0.8 to 1 times it). A run like that measures polling handshakes, not the
-    /// sleep-and-wake cycles sembench is about, and its ratio against a
-    /// backend whose workers always sleep (the kernel's) does not compare.
-    /// It needs a backend that counts its sleeps; on 2 and 4 CPUs it comes
-    /// and goes from run to run (BENCHMARKS.md).
+    /// (in runs where every burn slept it burns 0.8 to 1 times it). A run
+    /// like that measures polling handshakes, not the sleep-and-wake cycles
+    /// sembench is about, and its ratio against a backend whose workers
+    /// always sleep (the kernel's) does not compare. It needs a backend that
+    /// counts its sleeps; on 2 and 4 CPUs it comes and goes from run to run
+    /// (BENCHMARKS.md).
     pub fn polled_unevenly(&self) -> bool {
         self.events.is_some_and(|e| {
             self.per_burn(e.sleeps) < 0.5 && (self.min() as f64) < self.avg() / 2.0
