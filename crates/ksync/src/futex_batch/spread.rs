@@ -317,8 +317,6 @@ pub struct Spread {
     len: usize,
     /// Deliveries so far (the first gets no handle).
     deliveries: usize,
-    /// Handles given out, settled with the board's count in `finish`.
-    handles: usize,
     /// The last delivery got a handle: if its word is pushed next, its
     /// sleeper can help.
     handed: bool,
@@ -344,10 +342,18 @@ impl Spread {
             board: None,
             len: 0,
             deliveries: 0,
-            handles: 0,
             handed: false,
             first_helper: None,
             overflow: Vec::new(),
+        }
+    }
+
+    /// Handles given out: every delivery's but the first, when sharing.
+    fn handles(&self) -> usize {
+        if self.share {
+            self.deliveries.saturating_sub(1)
+        } else {
+            0
         }
     }
 
@@ -364,9 +370,9 @@ impl Spread {
         if !self.handed {
             return Handle::NONE;
         }
-        // Counted here, settled in `finish`: the bias covers it until then.
-        // The handle reaches its sleeper through the caller's release.
-        self.handles += 1;
+        // Counted by `handles`, settled in `finish`: the bias covers it
+        // until then. The handle reaches its sleeper through the caller's
+        // release.
         Handle(self.board().as_ptr())
     }
 
@@ -426,7 +432,7 @@ impl Spread {
                 calls += b.wake_claimed(first, &mut wake);
             }
             calls += b.drain(POSTER_CHUNK, &mut wake);
-            if b.drop_bias(self.handles) {
+            if b.drop_bias(self.handles()) {
                 b.reset();
                 spare::put(board);
             }
@@ -437,7 +443,6 @@ impl Spread {
         }
         self.len = 0;
         self.deliveries = 0;
-        self.handles = 0;
         self.handed = false;
         self.first_helper = None;
         calls
