@@ -149,8 +149,8 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
          x two CAS: this backend's time divided by the floor's, two bare compare-and-swaps \
          on one word (lower is better; 1 is the floor). ksync's single operation is one \
          compare-and-swap when nobody waits; a call on two quiet semaphores locks the lower, \
-         does the higher with a compare-and-swap and releases the lower: three atomic \
-         instructions."
+         does the higher with a compare-and-swap and releases the lower with a plain store: \
+         two atomic instructions."
             .into(),
     );
     lab.print(&format!(

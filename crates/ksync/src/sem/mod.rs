@@ -50,8 +50,10 @@
 //!   nobody waits on is one compare-and-swap on a word that holds the value,
 //!   the lock and the flags every locked path sets first (`word.rs`). A call
 //!   on a few such semaphores locks all but the highest and does that one
-//!   the same way, its linearization point: three atomic instructions for
-//!   two semaphores (`SetShared::try_quiet`).
+//!   the same way, its linearization point. Those locks are marked quiet,
+//!   which keeps every other writer off the word, so their release is a
+//!   plain store: two atomic instructions for two semaphores
+//!   (`SetShared::try_quiet`).
 //! * **Misses that overlap**: a post to many semaphores prefetches their
 //!   words and their first sleepers' nodes before it walks them, the nodes
 //!   sit side by side in a per-thread pool rather than one per stack page

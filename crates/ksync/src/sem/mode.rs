@@ -41,8 +41,8 @@
 //!
 //! A single operation without `SEM_UNDO` on a semaphore nobody waits on takes
 //! no lock at all ([`SetShared::try_lock_free`]): the value shares a word
-//! with four flags (`word.rs`), and with all four clear the operation is one
-//! compare-and-swap. Such an operation can neither enable nor disturb
+//! with the flags (`word.rs`), and with all of them clear the operation is
+//! one compare-and-swap. Such an operation can neither enable nor disturb
 //! anybody. A holder sets `LOCKED` when it takes the lock; entering global
 //! mode sets `GLOBAL`; each clears its flag (and recomputes `SLEEPERS`) with
 //! a release when it is done, which the next lock-free operation's acquire
@@ -70,7 +70,7 @@ use super::queue::{poll_before_queueing, Look, Polled, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
-use super::word::{self, LockFree, GLOBAL, LOCKED, REMOVED, SLEEPERS};
+use super::word::{self, LockFree, GLOBAL, LOCKED, QUIET, REMOVED, SLEEPERS};
 use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 use std::time::Instant;
@@ -350,9 +350,24 @@ impl SetShared {
     pub(super) fn try_fast(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
         match sops.len() {
             1 => self.try_lock_free(&sops[0]),
-            2..=QUIET_MAX => self.try_quiet(sops),
+            2 => self.try_quiet_pair(sops),
+            3..=QUIET_MAX => self.try_quiet_many(sops),
             _ => None,
         }
+    }
+
+    /// [`try_quiet`](Self::try_quiet) compiled for two operations, the
+    /// usual multi-operation call (take one semaphore, give another): with
+    /// the count known, its loops unroll and their bounds checks go.
+    #[inline(never)]
+    fn try_quiet_pair(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
+        self.try_quiet(&sops[..2])
+    }
+
+    /// [`try_quiet`](Self::try_quiet) for 3 to [`QUIET_MAX`] operations.
+    #[inline(never)]
+    fn try_quiet_many(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
+        self.try_quiet(sops)
     }
 
     /// A call of 2 to [`QUIET_MAX`] operations on distinct semaphores,
@@ -361,17 +376,24 @@ impl SetShared {
     /// sleeper on its semaphores the call can enable nobody, and it changes
     /// only values, so it evaluates them in registers.
     ///
-    /// It takes the word locks of all but the highest semaphore, in
-    /// ascending order as in `lock_sems`, and does the highest one's
-    /// operation as a lock-free compare-and-swap while it holds the others:
-    /// three atomic instructions for two semaphores, not four. That
-    /// compare-and-swap is the call's linearization point: whoever looks at
-    /// a locked semaphore afterwards waits for its release (a locker, a
-    /// control call) or takes the locked path (a lock-free operation), and
-    /// the releases, which write the new values back, come after it. A flag
-    /// found on the way, or a block that must sleep, gives everything back
-    /// untouched: `None`, the full path.
-    #[inline(never)]
+    /// It reads every word first (the loads overlap), decides, then takes
+    /// the word locks of all but the highest semaphore in ascending order, as
+    /// in `lock_sems`, each with a compare-and-swap from the word it read, and
+    /// does the highest one's operation as a lock-free compare-and-swap while
+    /// it holds the others. Those locks carry [`QUIET`](word::QUIET): nobody
+    /// else writes a quietly locked word, so each is released with a plain
+    /// store. For two semaphores that is two atomic instructions and a
+    /// store, not four atomic instructions.
+    ///
+    /// The highest semaphore's compare-and-swap is the call's linearization
+    /// point: whoever looks at a locked semaphore afterwards waits for its
+    /// release (a locker, a control call) or takes the locked path (a
+    /// lock-free operation), and the releases, which write the new values
+    /// back, come after it. A call decided without writing the highest
+    /// semaphore reads it again under the locks instead. A flag found on the
+    /// way, or a block that must sleep, gives everything back untouched:
+    /// `None`, the full path.
+    #[inline(always)]
     pub(super) fn try_quiet(&self, sops: &[SemBuf]) -> Option<Result<(), SemError>> {
         let n = sops.len();
         // Positions in `sops`, ordered by semaphore number.
@@ -393,90 +415,86 @@ impl SetShared {
             order[at] = i as u8;
         }
         let (locked, last) = (&order[..n - 1], usize::from(order[n - 1]));
-        // Each semaphore's word as we locked (or, the last, read) it, by
-        // position in `sops`.
+        let word_of = |i: usize| &self.sems[usize::from(sops[i].num)].word;
+        // Each semaphore's word as read, by position in `sops`; the locks
+        // below are taken from these words, so the decision made on them
+        // holds for the locked semaphores, and the last one's
+        // compare-and-swap checks it for that one.
         let mut words = [0u32; QUIET_MAX];
+        for (i, word) in words[..n].iter_mut().enumerate() {
+            *word = word_of(i).load(Ordering::Relaxed);
+            if *word & !word::VALUE_MASK != 0 {
+                return None;
+            }
+        }
+        let mut values = [0i32; QUIET_MAX];
+        let mut outcome = quiet_outcome(sops, &words, &mut values)?;
         for (k, &i) in locked.iter().enumerate() {
             let i = usize::from(i);
-            let word = &self.sems[usize::from(sops[i].num)].word;
-            let current = word.load(Ordering::Relaxed);
-            // Acquire pairs with the release of the last holder
-            // (`release`, the store that leaves global mode) and of the last
-            // lock-free operation (`try_lock_free`, or the compare-and-swap
-            // below), as in `lock_sem`.
-            if current & !word::VALUE_MASK != 0
-                || word
-                    .compare_exchange(
-                        current,
-                        current | LOCKED,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_err()
+            // Acquire pairs with the release of the last holder (`release`,
+            // the store in `release_quiet`, the store that leaves global
+            // mode) and of the last lock-free operation (`try_lock_free`, or
+            // the compare-and-swap below), as in `lock_sem`.
+            if word_of(i)
+                .compare_exchange(
+                    words[i],
+                    words[i] | LOCKED | QUIET,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
             {
                 self.release_quiet(sops, &locked[..k], &words, None);
                 return None;
             }
-            words[i] = current;
         }
-        let last_word = &self.sems[usize::from(sops[last].num)].word;
-        // Acquire pairs as for the locked words above.
-        words[last] = last_word.load(Ordering::Acquire);
-        let mut values = [0i32; QUIET_MAX];
+        let last_word = word_of(last);
         let mut tries = 0;
-        let outcome = loop {
-            // A flag, or lock-free operations on the last semaphore that keep
-            // beating this one to it while it holds the others' locks: the
-            // full path, which locks them all, so that nobody waits long.
-            if words[last] & !word::VALUE_MASK != 0 || tries == QUIET_TRIES {
-                self.release_quiet(sops, locked, &words, None);
-                return None;
-            }
-            // The kernel's first pass, in array order: the first operation
-            // that cannot proceed decides.
-            let mut outcome = Ok(());
-            for (i, sop) in sops.iter().enumerate() {
-                let value = word::value_of(words[i]);
-                let blocks = if sop.op == 0 {
-                    value != 0
-                } else {
-                    value + i32::from(sop.op) < 0
-                };
-                if blocks {
-                    if sop.flags & IPC_NOWAIT == 0 {
-                        self.release_quiet(sops, locked, &words, None);
-                        return None;
-                    }
-                    outcome = Err(SemError::Again);
+        loop {
+            let now = if outcome.is_err() || values[last] == word::value_of(words[last]) {
+                // Decided without writing the last semaphore (a failure, or
+                // nothing to write there): a read of it while the others are
+                // locked is the linearization point. Acquire as for the
+                // locks above.
+                let now = last_word.load(Ordering::Acquire);
+                if now == words[last] {
                     break;
                 }
-                if value + i32::from(sop.op) > SEMVMX {
-                    outcome = Err(SemError::Range);
-                    break;
+                now
+            } else {
+                // Release publishes the new value to the next reader of this
+                // word; acquire as for the locks above. It fails only when a
+                // lock-free operation or a locker got there first.
+                match last_word.compare_exchange(
+                    words[last],
+                    values[last] as u32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => now,
                 }
-                values[i] = value + i32::from(sop.op);
-            }
-            if outcome.is_err() || values[last] == word::value_of(words[last]) {
-                // Decided on the word as read (a failure, or nothing to
-                // write there): the read is the linearization point.
-                break outcome;
-            }
-            // Release publishes the new value to the next reader of this
-            // word; acquire as for the load above. It fails only when a
-            // lock-free operation or a locker got there first: evaluate again.
-            match last_word.compare_exchange(
-                words[last],
-                values[last] as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break outcome,
-                Err(now) => {
-                    words[last] = now;
-                    tries += 1;
+            };
+            // The last semaphore changed: evaluate again. A flag, a block
+            // that must sleep, or lock-free operations on the last semaphore
+            // that keep beating this call to it while it holds the others'
+            // locks: the full path, which locks them all, so that nobody
+            // waits long.
+            words[last] = now;
+            tries += 1;
+            let again = if now & !word::VALUE_MASK != 0 || tries == QUIET_TRIES {
+                None
+            } else {
+                quiet_outcome(sops, &words, &mut values)
+            };
+            match again {
+                Some(again) => outcome = again,
+                None => {
+                    self.release_quiet(sops, locked, &words, None);
+                    return None;
                 }
             }
-        };
+        }
         let done = outcome.is_ok();
         Counters::bump(
             &self.sems[usize::from(sops[usize::from(order[0])].num)]
@@ -501,6 +519,7 @@ impl SetShared {
     /// Releases the quiet call's locks of `sops[order]`, writing back
     /// `values` (by position in `sops`) or, with `None`, the values the
     /// words held.
+    #[inline(always)]
     fn release_quiet(
         &self,
         sops: &[SemBuf],
@@ -510,11 +529,20 @@ impl SetShared {
     ) {
         for &i in order {
             let i = usize::from(i);
-            let sem = &self.sems[usize::from(sops[i].num)];
+            let word = &self.sems[usize::from(sops[i].num)].word;
             let value = values.map_or(word::value_of(words[i]), |v| v[i]);
-            // Usually one compare-and-swap from the word we locked; `release`
-            // retries if a locker set CONTENDED meanwhile, and wakes it.
-            Self::release(sem, value, |w| w);
+            debug_assert_eq!(
+                word.load(Ordering::Relaxed),
+                words[i] | LOCKED | QUIET,
+                "a quietly locked word changed under its holder"
+            );
+            // A plain store: `QUIET` kept every other writer off the word
+            // (`wait_out_quiet`), so there is no `CONTENDED` to keep or wake,
+            // and the word read before the lock had no flag. Release hands
+            // the value and the last semaphore's change to the next locker's
+            // acquire (`lock_sem`, `enter_global`, `try_quiet`) and to the
+            // next lock-free operation (`try_lock_free`).
+            word.store(word::with_value(words[i], value), Ordering::Release);
         }
     }
 
@@ -531,12 +559,12 @@ impl SetShared {
         }
         let would_block = || (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
         let word = &self.sems[num].word;
-        // The acquires pair with the release swap in `release_word` and the
-        // release store that leaves global mode in `unlock` (the last locked
-        // stretch), and with the release half of the previous lock-free
-        // compare-and-swap; that release pairs with the next one's acquire
-        // and with the acquire compare-and-swaps in `lock_sem` and
-        // `enter_global`.
+        // The acquires pair with the release compare-and-swap in `release`,
+        // the release store in `release_quiet` and the release store that
+        // leaves global mode in `unlock` (the last locked stretch), and with
+        // the release half of the previous lock-free compare-and-swap; that
+        // release pairs with the next one's acquire and with the acquire
+        // compare-and-swaps in `lock_sem`, `enter_global` and `try_quiet`.
         let mut current = word.load(Ordering::Acquire);
         loop {
             let next = match word::lock_free_step(current, sop.op) {
@@ -560,6 +588,35 @@ impl SetShared {
         self.touch_otime(num);
         Some(Ok(()))
     }
+}
+
+/// The kernel's first pass over a quiet call, on the values in `words` (by
+/// position in `sops`), in array order: the first operation that cannot
+/// proceed decides. Fills `values` with the values after the call when it
+/// succeeds. `None`: it would block and may sleep, which only the full path
+/// can do.
+#[inline(always)]
+fn quiet_outcome(
+    sops: &[SemBuf],
+    words: &[u32; QUIET_MAX],
+    values: &mut [i32; QUIET_MAX],
+) -> Option<Result<(), SemError>> {
+    for (i, sop) in sops.iter().enumerate() {
+        let value = word::value_of(words[i]);
+        let blocks = if sop.op == 0 {
+            value != 0
+        } else {
+            value + i32::from(sop.op) < 0
+        };
+        if blocks {
+            return (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
+        }
+        if value + i32::from(sop.op) > SEMVMX {
+            return Some(Err(SemError::Range));
+        }
+        values[i] = value + i32::from(sop.op);
+    }
+    Some(Ok(()))
 }
 
 #[cfg(all(test, not(loom)))]
@@ -770,6 +827,13 @@ mod tests {
         let sb = SemBuf::new;
         assert_eq!(set.try_quiet(&[sb(2, 2, 0), sb(0, 1, 0)]), Some(Ok(())));
         assert_eq!((set.word_value(0), set.word_value(2)), (1, 2));
+        // Three, through the dispatch, ending where they started.
+        let three = [sb(1, 1, 0), sb(2, -2, 0), sb(0, -1, 0)];
+        assert_eq!(set.try_fast(&three), Some(Ok(())));
+        assert_eq!(
+            set.try_fast(&[sb(0, 1, 0), sb(2, 2, 0), sb(1, -1, 0)]),
+            Some(Ok(()))
+        );
         // The first operation that cannot proceed decides, in array order.
         let blocked = [sb(1, -1, IPC_NOWAIT), sb(0, i16::MAX, 0)];
         assert_eq!(set.try_quiet(&blocked), Some(Err(SemError::Again)));

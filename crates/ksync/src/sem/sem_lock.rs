@@ -8,8 +8,8 @@
 //! flags back. The lock, the value and the flags that keep lock-free
 //! operations off it share one cache line. (An uncontended call on a few
 //! quiet semaphores needs even less: `SetShared::try_quiet` locks all but
-//! the highest and does that one lock-free, three atomic instructions for
-//! two semaphores.)
+//! the highest and does that one lock-free, two atomic instructions and a
+//! store for two semaphores.)
 //!
 //! While it holds the lock, the holder works on a copy of the value
 //! ([`LockedSems`] keeps it), read from the word it locked and written back
@@ -27,6 +27,15 @@
 //! Both the flag and the lock live in one word, so no wake-up is lost: a
 //! sleeper only sleeps while the word holds the value it wrote, and a
 //! release changes it.
+//!
+//! A quiet call (`SetShared::try_quiet`) holds its locks differently: it
+//! sets [`QUIET`] with `LOCKED`, holds them for a few instructions, and
+//! releases them with a plain store, which would overwrite a `CONTENDED`
+//! and wake nobody. So a locker that finds `QUIET` never sets `CONTENDED`:
+//! it spins for about one context switch, then sleeps on the word with
+//! timeouts that grow ([`SetShared::wait_out_quiet`]). Only a quiet holder
+//! preempted inside its hold makes anyone sleep there, and the timeout
+//! bounds how late such a sleeper sees the release.
 //!
 //! A locker that finds [`GLOBAL`] or [`REMOVED`] set gives back what it took
 //! and takes the global path (`mode.rs`); if it had slept on the word it
@@ -47,10 +56,11 @@ use crate::prefetch;
 use crate::relax::cpu_relax;
 use crate::spin_budget::SpinTimer;
 use crate::sync::Ordering;
+use std::time::{Duration, Instant};
 
 use super::counters::Counters;
 use super::state::{Sem, SetShared};
-use super::word::{self, CONTENDED, GLOBAL, LOCKED, REMOVED};
+use super::word::{self, CONTENDED, GLOBAL, LOCKED, QUIET, REMOVED};
 use super::SemBuf;
 
 /// Why a semaphore could not be locked: the set is in global mode or was
@@ -60,6 +70,17 @@ pub(super) struct Diverted;
 
 /// How many semaphores [`LockedSems`] keeps inline.
 const FEW: usize = 6;
+
+/// The first timeout of a sleep that waits out a quiet hold
+/// ([`SetShared::wait_out_quiet`]); each next one is twice as long, up to
+/// [`QUIET_NAP_MAX`]. A quiet hold outlasts the spin before it only when its
+/// holder was preempted inside it, and then the holder needs a CPU: the
+/// sleep gives one back, and the short first timeout keeps the sleeper from
+/// seeing the release much later than it happens.
+const QUIET_NAP_MIN: Duration = Duration::from_micros(50);
+/// The longest timeout of such a sleep: about a scheduler's time slice, the
+/// usual wait of a preempted thread for its CPU.
+const QUIET_NAP_MAX: Duration = Duration::from_millis(2);
 
 /// Semaphores a call locks (or locked), distinct and ascending, the order
 /// that keeps two lockers from waiting for each other; and, while they are
@@ -242,10 +263,11 @@ impl SetShared {
         if current & (LOCKED | GLOBAL | REMOVED) == 0
             && sem
                 .word
-                // Pairs with the release compare-and-swap in `release` (the
-                // last holder) and with the release half of a lock-free
-                // operation's compare-and-swap (`try_lock_free`): their value
-                // is ours to read.
+                // Pairs with the release compare-and-swap in `release` and
+                // the release store in `release_quiet` (the last holder), and
+                // with the release half of a lock-free operation's
+                // compare-and-swap (`try_lock_free`): their value is ours to
+                // read.
                 .compare_exchange(
                     current,
                     current | LOCKED,
@@ -289,6 +311,10 @@ impl SetShared {
                         continue;
                     }
                 }
+            }
+            if current & QUIET != 0 {
+                current = Self::wait_out_quiet(sem, current);
+                continue;
             }
             if !timer.expired() {
                 cpu_relax();
@@ -339,6 +365,29 @@ impl SetShared {
         }
     }
 
+    /// Waits until the quiet hold `held` (a word with `QUIET`) of `sem` ends;
+    /// returns the word then. Its holder stores the release and wakes nobody,
+    /// so this never sets `CONTENDED`: it spins for about one context switch,
+    /// then sleeps on the word with timeouts from [`QUIET_NAP_MIN`] to
+    /// [`QUIET_NAP_MAX`], each twice the last.
+    #[cold]
+    fn wait_out_quiet(sem: &Sem, held: u32) -> u32 {
+        debug_assert!(held & (LOCKED | QUIET) == LOCKED | QUIET && held & CONTENDED == 0);
+        let mut timer = SpinTimer::one_switch();
+        let mut nap = QUIET_NAP_MIN;
+        loop {
+            cpu_relax();
+            let current = sem.word.load(Ordering::Relaxed);
+            if current != held {
+                return current;
+            }
+            if timer.expired() {
+                futex::wait(&sem.word, held, Instant::now().checked_add(nap));
+                nap = (nap * 2).min(QUIET_NAP_MAX);
+            }
+        }
+    }
+
     /// Global mode's pass over one semaphore: waits for its holder to leave,
     /// then sets `GLOBAL` instead of `LOCKED`, and sends every sleeping
     /// locker of the word to the global path.
@@ -367,6 +416,10 @@ impl SetShared {
                         continue;
                     }
                 }
+            }
+            if current & QUIET != 0 {
+                current = Self::wait_out_quiet(sem, current);
+                continue;
             }
             if !timer.expired() {
                 cpu_relax();
@@ -521,6 +574,54 @@ mod tests {
                 after_name.split_whitespace().next().map(|s| s == "S")
             })
             .unwrap_or(false)
+    }
+
+    #[test]
+    fn a_locker_waits_out_a_quiet_hold_on_the_clock() {
+        // A quiet hold, as `try_quiet` takes it; its release is a plain
+        // store that wakes nobody. The locker must not mark the word
+        // CONTENDED (the store would erase it) nor sleep without a timeout
+        // (nothing would wake it).
+        let set = SemSet::new(1).unwrap();
+        set.set_value(0, 3).unwrap();
+        let set = set.shared();
+        let held = LOCKED | QUIET | 3;
+        set.sems[0].word.store(held, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            let (tids, tid) = std::sync::mpsc::channel();
+            let locker = s.spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tids.send(unsafe { libc::gettid() }).unwrap();
+                let one = LockedSems::one(0);
+                set.lock_sems(&one).unwrap();
+                let value = one.value(0);
+                set.unlock_sems(&one, |_| false);
+                value
+            });
+            let locker_tid = tid.recv().unwrap();
+            crate::test_common::wait_until("the locker asleep on the quiet hold", || {
+                lock_waits(set, 0) == 1 && asleep(locker_tid)
+            });
+            let seen = set.sems[0].word.load(Ordering::Relaxed);
+            set.sems[0].word.store(3, Ordering::Release);
+            if seen != held {
+                // Wake it ourselves, so that the scope can end, and fail.
+                futex::wake(&set.sems[0].word, u32::MAX);
+                locker.join().unwrap();
+                panic!("a locker wrote {seen:#x} to a quietly held word");
+            }
+            let start = std::time::Instant::now();
+            while !locker.is_finished() {
+                if start.elapsed() > crate::test_common::PATIENCE {
+                    futex::wake(&set.sems[0].word, u32::MAX);
+                    locker.join().unwrap();
+                    panic!("the locker still slept after the quiet hold ended");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(locker.join().unwrap(), 3);
+        });
+        assert_eq!(set.sems[0].word.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! | bits | field | set by | cleared by |
 //! |---|---|---|---|
 //! | 0..16 | the value, `0..=SEMVMX` | whoever performs an operation | |
-//! | 16 | [`LOCKED`]: the semaphore's lock (`sem_lock.rs`) | `lock_sem` | its holder's release (`release_word`) |
+//! | 16 | [`LOCKED`]: the semaphore's lock (`sem_lock.rs`) | `lock_sem`, `try_quiet` | its holder's release (`release`, `release_quiet`) |
 //! | 17 | [`SLEEPERS`]: the semaphore's wait lists are not empty | every release | every release |
 //! | 18 | [`GLOBAL`]: the set is in global mode | `enter_global`, on global mode's pass over the semaphores | the global unlock that leaves global mode |
 //! | 19 | [`REMOVED`]: the set was removed | `remove` | never |
 //! | 20 | [`CONTENDED`]: with `LOCKED`, a locker may sleep on the word | a locker about to sleep, or one that slept and takes the lock | the release, which then wakes one |
+//! | 21 | [`QUIET`]: with `LOCKED`, the holder is a quiet call, which never looks for sleepers | `try_quiet` | its release, a plain store |
 //!
 //! With every flag clear, a single operation without `SEM_UNDO` is one
 //! compare-and-swap of the whole word ([`lock_free_step`] says which): nobody
@@ -35,6 +36,12 @@ pub(super) const REMOVED: u32 = 1 << 19;
 /// Set only with `LOCKED`: a locker may be asleep on the word, so the
 /// release must wake one.
 pub(super) const CONTENDED: u32 = 1 << 20;
+/// Set only with `LOCKED`, and never with `CONTENDED`: the holder is a quiet
+/// call (`SetShared::try_quiet`), which holds the lock for a few
+/// instructions and releases it with a plain store that wakes nobody. So
+/// nobody else may write the word meanwhile: a locker waits the hold out on
+/// the clock (`wait_out_quiet`) instead of setting `CONTENDED`.
+pub(super) const QUIET: u32 = 1 << 21;
 
 const _: () = assert!(SEMVMX as u32 <= VALUE_MASK);
 
@@ -108,7 +115,7 @@ pub(super) fn lock_free_step(word: u32, op: i16) -> LockFree {
 mod tests {
     use super::*;
 
-    const FLAGS: [u32; 5] = [LOCKED, SLEEPERS, GLOBAL, REMOVED, CONTENDED];
+    const FLAGS: [u32; 6] = [LOCKED, SLEEPERS, GLOBAL, REMOVED, CONTENDED, QUIET];
 
     #[test]
     fn flags_are_distinct_bits_above_the_value() {

@@ -242,3 +242,33 @@ fn a_call_on_two_semaphores_is_seen_whole_from_either_semaphore() {
         "the model never took the unit the call posted"
     );
 }
+
+/// A call on two quiet semaphores locks the lower one with `QUIET` and
+/// releases it with a plain store that wakes nobody. A single operation that
+/// finds that lock takes the locked path and must wait the hold out without
+/// going to sleep for a wake-up the store never sends: a locker that slept
+/// as on an ordinary holder would never wake, which loom reports as a
+/// deadlock. Both calls happen, whole, in either order.
+#[test]
+fn a_locker_waits_out_a_quiet_hold_without_sleeping_for_a_wake_up() {
+    static WAITED: AtomicUsize = AtomicUsize::new(0);
+    model(|| {
+        let set = Arc::new(SemSet::new(2).unwrap());
+        set.set_value(0, 1).unwrap();
+        let locker = {
+            let set = Arc::clone(&set);
+            loom::thread::spawn(move || set.semop(&op(0, 1)))
+        };
+        set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(1, 1, 0)])
+            .unwrap();
+        locker.join().unwrap().unwrap();
+        assert_eq!(set.get_all(), Ok(vec![1, 1]));
+        if set.counters().lock_waits > 0 {
+            WAITED.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    assert!(
+        WAITED.load(Ordering::Relaxed) > 0,
+        "the model never reached a locker waiting for the quiet hold"
+    );
+}
