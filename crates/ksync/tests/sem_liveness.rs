@@ -36,7 +36,7 @@ mod sem_common;
 
 use common::PATIENCE;
 use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
-use sem_common::{stress_seed, Rng};
+use sem_common::{first_allowed_cpu, pin, stress_seed, Rng};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,31 +59,6 @@ const STALL_SNAPSHOTS: u32 = 20;
 /// [`random_call`]), and it sets new ones a few thousand times a second: no
 /// call took even 30 ms in runs on a loaded 2-CPU machine.
 const STUCK: Duration = Duration::from_secs(1);
-
-/// Pins the calling thread to `cpu`.
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
-    // inside it; sched_setaffinity reads it for the calling thread (0).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
-    }
-}
-
-/// The first CPU this thread may run on.
-fn first_allowed_cpu() -> usize {
-    // SAFETY: as in `pin`; sched_getaffinity fills the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-        assert_eq!(rc, 0, "sched_getaffinity");
-        (0..libc::CPU_SETSIZE as usize)
-            .find(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .unwrap_or(0)
-    }
-}
 
 /// The call a worker is in.
 #[derive(Clone, Debug)]

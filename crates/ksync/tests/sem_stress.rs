@@ -21,6 +21,11 @@
 //! there; the midway drop is a forked child that exits with its decrement
 //! outstanding).
 //!
+//! Beside them, calls on two of four semaphores that never block, from
+//! several times as many threads as CPUs, race the quiet path of a call on
+//! a few semaphores against the full path's lockers (see
+//! [`quiet_and_locked_calls`]).
+//!
 //! Seeds: random per run and printed; `KSYNC_STRESS_SEED=<u64>` replays one.
 //! `KSYNC_STRESS_THREADS` and `KSYNC_STRESS_ROUNDS` scale a run up.
 //! If SysV IPC is unavailable the kernel runs are skipped with a loud
@@ -32,12 +37,13 @@ mod sem_common;
 
 use ksync::sem::{SemBuf, SemSet, SemUndo, SEM_UNDO};
 use sem_common::{
-    sb, stress_seed, sysv_available, KernelSet, RmOnPanic, Rng, Sems, UndoChild, Watchdog,
+    first_allowed_cpu, pin, sb, stress_seed, sysv_available, KernelSet, RmOnPanic, Rng, Sems,
+    UndoChild, Watchdog,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Barrier;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const NSEMS: usize = 5;
 /// Defaults; `KSYNC_STRESS_THREADS` / `KSYNC_STRESS_ROUNDS` override them
@@ -317,6 +323,68 @@ fn mutex_workload<S: Sems>(s: &S, undo_flag: i16) {
     );
     assert_eq!(s.all(), Ok(vec![1]), "{}", S::NAME);
     assert_eq!((s.ncnt(0), s.zcnt(0)), (Ok(0), Ok(0)), "{}", S::NAME);
+}
+
+/// Calls on two of four semaphores, none of which can block, for two
+/// seconds from four threads per CPU (all on one CPU with `one_cpu`). Most
+/// take the quiet path, which releases its locks with a plain store; the
+/// rest find a semaphore locked and take the full path, whose lockers wait
+/// out a quiet hold or sleep behind an ordinary holder on the same word.
+/// A locker that waited out a quiet hold in a futex wait on the word took
+/// the wake-up meant for a locker asleep behind an ordinary holder, and this
+/// hung within seconds (the watchdog aborts). At the end every value is
+/// back where it started.
+fn quiet_and_locked_calls(test: &'static str, one_cpu: bool) {
+    const SEMS: u16 = 4;
+    const START: u16 = 1000;
+    let _dog = Watchdog::arm(test, Duration::from_secs(60));
+    let seed = stress_seed(test);
+    let s = SemSet::new(usize::from(SEMS)).unwrap();
+    s.set_all(&[START; SEMS as usize]).unwrap();
+    let cpus = thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = 4 * cpus.max(2);
+    let cpu = one_cpu.then(first_allowed_cpu);
+    let until = Instant::now() + Duration::from_secs(2);
+    let pairs = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        for t in 0..threads {
+            let (s, pairs) = (&s, &pairs);
+            let mut rng = Rng::new(seed.wrapping_add(t as u64).wrapping_mul(0x9E37_79B9));
+            scope.spawn(move || {
+                if let Some(cpu) = cpu {
+                    pin(cpu);
+                }
+                let mut n = 0;
+                while Instant::now() < until {
+                    let a = rng.below(u64::from(SEMS)) as u16;
+                    let b = (a + 1 + rng.below(u64::from(SEMS) - 1) as u16) % SEMS;
+                    // At most `threads` units are out of any semaphore at
+                    // once, far fewer than START: no call blocks.
+                    s.semop(&[sb(a, -1, 0), sb(b, 1, 0)]).unwrap();
+                    s.semop(&[sb(b, -1, 0), sb(a, 1, 0)]).unwrap();
+                    n += 1;
+                }
+                pairs.fetch_add(n, SeqCst);
+            });
+        }
+    });
+    eprintln!(
+        "{test}: {threads} threads, {} pairs of calls, {:?}",
+        pairs.load(SeqCst),
+        s.counters()
+    );
+    assert!(pairs.load(SeqCst) > 0, "no call completed");
+    assert_eq!(s.get_all(), Ok(vec![START; SEMS as usize]));
+}
+
+#[test]
+fn quiet_and_locked_calls_on_all_cpus() {
+    quiet_and_locked_calls("sem_stress::quiet_and_locked_calls_on_all_cpus", false);
+}
+
+#[test]
+fn quiet_and_locked_calls_on_one_cpu() {
+    quiet_and_locked_calls("sem_stress::quiet_and_locked_calls_on_one_cpu", true);
 }
 
 #[test]

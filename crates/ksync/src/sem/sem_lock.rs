@@ -32,10 +32,10 @@
 //! sets [`QUIET`] with `LOCKED`, holds them for a few instructions, and
 //! releases them with a plain store, which would overwrite a `CONTENDED`
 //! and wake nobody. So a locker that finds `QUIET` never sets `CONTENDED`:
-//! it spins for about one context switch, then sleeps on the word with
-//! timeouts that grow ([`SetShared::wait_out_quiet`]). Only a quiet holder
-//! preempted inside its hold makes anyone sleep there, and the timeout
-//! bounds how late such a sleeper sees the release.
+//! it spins for about one context switch, then naps, each nap longer
+//! ([`SetShared::wait_out_quiet`]). Only a quiet holder preempted inside its
+//! hold makes anyone nap, and the nap bounds how late the napper sees the
+//! release.
 //!
 //! A locker that finds [`GLOBAL`] or [`REMOVED`] set gives back what it took
 //! and takes the global path (`mode.rs`); if it had slept on the word it
@@ -56,7 +56,7 @@ use crate::prefetch;
 use crate::relax::cpu_relax;
 use crate::spin_budget::SpinTimer;
 use crate::sync::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::counters::Counters;
 use super::state::{Sem, SetShared};
@@ -71,15 +71,15 @@ pub(super) struct Diverted;
 /// How many semaphores [`LockedSems`] keeps inline.
 const FEW: usize = 6;
 
-/// The first timeout of a sleep that waits out a quiet hold
+/// The first nap of a locker that waits out a quiet hold
 /// ([`SetShared::wait_out_quiet`]); each next one is twice as long, up to
 /// [`QUIET_NAP_MAX`]. A quiet hold outlasts the spin before it only when its
-/// holder was preempted inside it, and then the holder needs a CPU: the
-/// sleep gives one back, and the short first timeout keeps the sleeper from
-/// seeing the release much later than it happens.
+/// holder was preempted inside it, and then the holder needs a CPU: the nap
+/// gives one back, and the short first nap keeps the napper from seeing
+/// the release much later than it happens.
 const QUIET_NAP_MIN: Duration = Duration::from_micros(50);
-/// The longest timeout of such a sleep: about a scheduler's time slice, the
-/// usual wait of a preempted thread for its CPU.
+/// The longest nap: about a scheduler's time slice, the usual wait of a
+/// preempted thread for its CPU.
 const QUIET_NAP_MAX: Duration = Duration::from_millis(2);
 
 /// Semaphores a call locks (or locked), distinct and ascending, the order
@@ -368,8 +368,15 @@ impl SetShared {
     /// Waits until the quiet hold `held` (a word with `QUIET`) of `sem` ends;
     /// returns the word then. Its holder stores the release and wakes nobody,
     /// so this never sets `CONTENDED`: it spins for about one context switch,
-    /// then sleeps on the word with timeouts from [`QUIET_NAP_MIN`] to
-    /// [`QUIET_NAP_MAX`], each twice the last.
+    /// then naps for [`QUIET_NAP_MIN`] to [`QUIET_NAP_MAX`], each nap twice
+    /// the last.
+    ///
+    /// The naps are plain sleeps, not futex waits on the word: a release
+    /// that finds `CONTENDED` wakes one futex waiter of the word, and a
+    /// napper that took that wake-up would leave the sleeper it was meant
+    /// for asleep (the napper never slept for it, so it takes the lock
+    /// without `CONTENDED` and its release wakes nobody). Eight threads
+    /// making calls on two of four semaphores hung that way within seconds.
     #[cold]
     fn wait_out_quiet(sem: &Sem, held: u32) -> u32 {
         debug_assert!(held & (LOCKED | QUIET) == LOCKED | QUIET && held & CONTENDED == 0);
@@ -382,7 +389,9 @@ impl SetShared {
                 return current;
             }
             if timer.expired() {
-                futex::wait(&sem.word, held, Instant::now().checked_add(nap));
+                // Under loom the spin's yield is the whole wait.
+                #[cfg(not(loom))]
+                std::thread::sleep(nap);
                 nap = (nap * 2).min(QUIET_NAP_MAX);
             }
         }

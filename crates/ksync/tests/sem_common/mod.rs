@@ -716,3 +716,28 @@ pub fn stress_seed(test: &str) -> u64 {
     eprintln!("{test}: KSYNC_STRESS_SEED={s}");
     s
 }
+
+/// Pins the calling thread to `cpu`.
+pub fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
+    // inside it; sched_setaffinity reads it for the calling thread (0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(rc, 0, "sched_setaffinity to CPU {cpu}");
+    }
+}
+
+/// The first CPU this thread may run on.
+pub fn first_allowed_cpu() -> usize {
+    // SAFETY: as in `pin`; sched_getaffinity fills the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(rc, 0, "sched_getaffinity");
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .unwrap_or(0)
+    }
+}
