@@ -10,12 +10,16 @@
 //! use on words in a shared mapping: the kernel then keys the futex by the
 //! file page, so sleepers and wakers in different processes meet.
 //!
-//! Under `--cfg loom` the futex is modelled by one loom mutex and condition
-//! variable: the waiter compares the word while holding the mutex and the waker
-//! takes the mutex before notifying, which gives the same no-lost-wake-up
-//! guarantee, so a protocol that forgets a wake-up deadlocks in the model and
-//! loom reports it. A timed wait in the model times out at once if the value
-//! still matches (loom has no clock; an expired deadline is the interesting case).
+//! Under `--cfg loom` the futex is modelled by a queue of sleepers behind one
+//! loom mutex: the waiter compares the word while holding the mutex and the
+//! waker takes the mutex before choosing, which gives the same
+//! no-lost-wake-up guarantee, so a protocol that forgets a wake-up deadlocks
+//! in the model and loom reports it. Like the kernel, a wake of `count` wakes
+//! at most `count` sleepers on that address, the longest asleep first, so a
+//! protocol in which the wrong sleeper can take a wake-up meant for another
+//! deadlocks too. A timed wait in the model sleeps while the other threads
+//! take a step (loom has no clock), where a wake may choose it as any
+//! sleeper, then times out unless one did.
 
 #[cfg(not(loom))]
 use std::time::Instant;
@@ -171,27 +175,80 @@ pub(crate) unsafe fn wake_ptr(_word: *const AtomicU32, _count: u32) -> u32 {
 #[cfg(loom)]
 mod model {
     use crate::sync::{AtomicU32, Ordering};
+    use loom::sync::{Arc, Condvar, Mutex};
+
+    /// A sleeper: the address it sleeps on, and the condition variable its
+    /// waker signals.
+    struct Parked {
+        addr: usize,
+        id: u64,
+        wake: Arc<Condvar>,
+    }
+
+    /// Every sleeper, in the order they went to sleep, and the ones a wake
+    /// chose that have not returned yet.
+    #[derive(Default)]
+    struct Queue {
+        next_id: u64,
+        parked: Vec<Parked>,
+        chosen: Vec<u64>,
+    }
 
     loom::lazy_static! {
-        static ref FUTEX: (loom::sync::Mutex<()>, loom::sync::Condvar) =
-            (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
+        static ref FUTEX: Mutex<Queue> = Mutex::new(Queue::default());
     }
 
     pub(crate) fn wait(word: &AtomicU32, expected: u32, timed: bool) -> super::Wake {
-        let guard = FUTEX.0.lock().unwrap();
+        let mut queue = FUTEX.lock().unwrap();
         if word.load(Ordering::SeqCst) != expected {
             return super::Wake::Woken;
         }
+        let id = queue.next_id;
+        queue.next_id += 1;
+        let wake = Arc::new(Condvar::new());
+        queue.parked.push(Parked {
+            addr: word as *const AtomicU32 as usize,
+            id,
+            wake: Arc::clone(&wake),
+        });
         if timed {
+            // Asleep for a while loom cannot measure: queued, so that a wake
+            // may choose this sleeper while the others run, then timed out
+            // unless one did.
+            drop(queue);
+            loom::thread::yield_now();
+            let mut queue = FUTEX.lock().unwrap();
+            if let Some(at) = queue.chosen.iter().position(|&c| c == id) {
+                queue.chosen.swap_remove(at);
+                return super::Wake::Woken;
+            }
+            queue.parked.retain(|p| p.id != id);
             return super::Wake::TimedOut;
         }
-        drop(FUTEX.1.wait(guard).unwrap());
-        super::Wake::Woken
+        loop {
+            queue = wake.wait(queue).unwrap();
+            if let Some(at) = queue.chosen.iter().position(|&c| c == id) {
+                queue.chosen.swap_remove(at);
+                return super::Wake::Woken;
+            }
+        }
     }
 
-    pub(crate) fn wake() {
-        let _guard = FUTEX.0.lock().unwrap();
-        FUTEX.1.notify_all();
+    /// Wakes up to `count` sleepers on `addr`, the longest asleep first;
+    /// returns how many.
+    pub(crate) fn wake(addr: usize, count: u32) -> u32 {
+        let mut queue = FUTEX.lock().unwrap();
+        let mut woken = 0;
+        while woken < count {
+            let Some(at) = queue.parked.iter().position(|p| p.addr == addr) else {
+                break;
+            };
+            let parked = queue.parked.remove(at);
+            queue.chosen.push(parked.id);
+            parked.wake.notify_one();
+            woken += 1;
+        }
+        woken
     }
 }
 
@@ -201,23 +258,21 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<std::time::
     model::wait(word, expected, deadline.is_some())
 }
 
-/// Model of [`wake`] for loom: wakes every modelled sleeper (a superset of
-/// what the kernel would wake, which callers must tolerate anyway).
+/// Model of [`wake`] for loom: up to `count` sleepers on the word.
 #[cfg(loom)]
-pub(crate) fn wake(_word: &AtomicU32, count: u32) -> u32 {
-    model::wake();
-    count
+pub(crate) fn wake(word: &AtomicU32, count: u32) -> u32 {
+    model::wake(word as *const AtomicU32 as usize, count)
 }
 
-/// Model of [`wake_ptr`] for loom: the model never looks at the address.
+/// Model of [`wake_ptr`] for loom: the address is only a key, as in the
+/// kernel.
 ///
 /// # Safety
 ///
 /// None needed; the signature matches the native version.
 #[cfg(loom)]
-pub(crate) unsafe fn wake_ptr(_word: *const AtomicU32, count: u32) -> u32 {
-    model::wake();
-    count
+pub(crate) unsafe fn wake_ptr(word: *const AtomicU32, count: u32) -> u32 {
+    model::wake(word as usize, count)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -1,6 +1,7 @@
 //! loom models of both reader-writer semaphores: the fast paths, the slow
 //! paths with their wake / grant handshake, downgrade, and timed waiters that
-//! give up (under loom a timed wait that would sleep times out at once, and
+//! give up (under loom a timed wait that would sleep times out after the
+//! other threads take a step, unless a wake chose it first; and
 //! the kernel design treats every waiter as handoff-eligible and every spin
 //! budget as spent: see `src/rwsem/kernel/mod.rs`).
 //!

@@ -8,7 +8,8 @@
 //!
 //! Under loom sleepers park at once instead of polling, a locker that finds
 //! a semaphore's lock taken sleeps after one poll, and a timed futex wait
-//! times out as soon as it would sleep.
+//! sleeps while the other threads take a step, then times out unless a wake
+//! chose it (`src/futex.rs`).
 
 use crate::exclusion::increments;
 use ksync::sem::{RawSemLock, SemBuf, SemError, SemSet};
