@@ -1,7 +1,9 @@
 //! loom models of every lock protocol. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
-//! The model of the process-shared sets' owner-naming lock sits beside its
-//! private algorithm: `... cargo test -p ksync --release --lib owner_lock`.
+//! Three models sit beside the private algorithms they check, in the
+//! library: the process-shared sets' owner-naming lock (`... --lib
+//! owner_lock`), the shared-out bulk wake-up (`--lib futex_batch::spread`)
+//! and a semaphore's word lock against a quiet hold (`--lib sem::sem_lock`).
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 

@@ -129,7 +129,7 @@ impl SemSet {
     }
 
     /// The shared state, for the unit tests of the modules that work on it.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub(super) fn shared(&self) -> &SetShared {
         &self.shared
     }
