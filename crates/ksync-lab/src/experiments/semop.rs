@@ -5,9 +5,10 @@
 //! One thread takes and gives back one semaphore (value 1) in a loop: the
 //! cost a program pays for a semaphore nobody else wants. ksync's single
 //! operation is one compare-and-swap here; the kernel's is a system call.
-//! Also a two-semaphore atomic operation (a complex call, which takes the
-//! set's global lock in ksync and in the kernel), for the backends with
-//! System V semantics.
+//! Also a call on two semaphores, for the backends with System V semantics:
+//! in `SemSet` a quiet call (the lower semaphore locked, the higher one
+//! swapped, the lower one released with a store), in `SharedSemSet` a call
+//! under the set's lock, in the kernel a complex operation.
 
 use crate::output::lab::Lab;
 use crate::output::record::{Measured, Record};
