@@ -71,7 +71,7 @@ use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
 use super::word::{self, LockFree, GLOBAL, LOCKED, QUIET, REMOVED, SLEEPERS};
-use super::{SemBuf, IPC_NOWAIT, SEMVMX, SEM_UNDO};
+use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 use crate::sync::Ordering;
 use std::time::Instant;
 
@@ -590,11 +590,12 @@ impl SetShared {
     }
 }
 
-/// The kernel's first pass over a quiet call, on the values in `words` (by
-/// position in `sops`), in array order: the first operation that cannot
-/// proceed decides. Fills `values` with the values after the call when it
-/// succeeds. `None`: it would block and may sleep, which only the full path
-/// can do.
+/// The kernel's first pass over a quiet call, on `words` (by position in
+/// `sops`, none with a flag), in array order: the first operation that
+/// cannot proceed decides. Each operation is decided as a lock-free single
+/// operation would decide it ([`word::lock_free_step`]). Fills `values`
+/// with the values after the call when it succeeds. `None`: it would block
+/// and may sleep, which only the full path can do.
 #[inline(always)]
 fn quiet_outcome(
     sops: &[SemBuf],
@@ -602,19 +603,16 @@ fn quiet_outcome(
     values: &mut [i32; QUIET_MAX],
 ) -> Option<Result<(), SemError>> {
     for (i, sop) in sops.iter().enumerate() {
-        let value = word::value_of(words[i]);
-        let blocks = if sop.op == 0 {
-            value != 0
-        } else {
-            value + i32::from(sop.op) < 0
+        values[i] = match word::lock_free_step(words[i], sop.op) {
+            LockFree::Store(next) => next as i32,
+            LockFree::Satisfied => word::value_of(words[i]),
+            LockFree::Range => return Some(Err(SemError::Range)),
+            LockFree::WouldBlock => {
+                return (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again))
+            }
+            // The caller read no flag; were one there, the full path decides.
+            LockFree::Locked => return None,
         };
-        if blocks {
-            return (sop.flags & IPC_NOWAIT != 0).then_some(Err(SemError::Again));
-        }
-        if value + i32::from(sop.op) > SEMVMX {
-            return Some(Err(SemError::Range));
-        }
-        values[i] = value + i32::from(sop.op);
     }
     Some(Ok(()))
 }
