@@ -577,6 +577,26 @@ mod tests {
         assert_eq!(set.sems[0].word.load(Ordering::Relaxed), GLOBAL);
     }
 
+    /// Joins `locker` once it has returned. If it is still running after
+    /// [`PATIENCE`](crate::test_common::PATIENCE), wakes every sleeper on
+    /// `word`, so that the scope can end, and fails with `what`.
+    fn join_or_fail<T>(
+        locker: std::thread::ScopedJoinHandle<'_, T>,
+        word: &crate::sync::AtomicU32,
+        what: &str,
+    ) -> T {
+        let start = std::time::Instant::now();
+        while !locker.is_finished() {
+            if start.elapsed() > crate::test_common::PATIENCE {
+                futex::wake(word, u32::MAX);
+                drop(locker.join().unwrap());
+                panic!("{what}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        locker.join().unwrap()
+    }
+
     /// Whether thread `tid` of this process is asleep (state `S`).
     fn asleep(tid: libc::pid_t) -> bool {
         std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
@@ -622,16 +642,12 @@ mod tests {
                 locker.join().unwrap();
                 panic!("a locker wrote {seen:#x} to a quietly held word");
             }
-            let start = std::time::Instant::now();
-            while !locker.is_finished() {
-                if start.elapsed() > crate::test_common::PATIENCE {
-                    futex::wake(&set.sems[0].word, u32::MAX);
-                    locker.join().unwrap();
-                    panic!("the locker still slept after the quiet hold ended");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            assert_eq!(locker.join().unwrap(), 3);
+            let value = join_or_fail(
+                locker,
+                &set.sems[0].word,
+                "the locker still slept after the quiet hold ended",
+            );
+            assert_eq!(value, 3);
         });
         assert_eq!(set.sems[0].word.load(Ordering::Relaxed), 3);
     }
@@ -670,18 +686,13 @@ mod tests {
             });
             set.unlock_sems(&one, |_| false);
             entry.join().unwrap();
-            let start = std::time::Instant::now();
-            while !locker.is_finished() {
-                if start.elapsed() > crate::test_common::PATIENCE {
-                    // Wake it ourselves, so that the scope can end, and fail.
-                    futex::wake(&set.sems[0].word, u32::MAX);
-                    locker.join().unwrap().ok();
-                    panic!("the locker still slept on the word after global mode took it");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            let locked = join_or_fail(
+                locker,
+                &set.sems[0].word,
+                "the locker still slept on the word after global mode took it",
+            );
             // It found global mode (or, woken first, got the lock before it).
-            if let Ok(()) = locker.join().unwrap() {
+            if let Ok(()) = locked {
                 panic!("the locker got the lock although global mode took the word");
             }
         });
