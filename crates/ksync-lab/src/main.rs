@@ -24,8 +24,8 @@ mod workloads;
 
 use clap::{Parser, Subcommand};
 use experiments::{
-    backoff, compare, ipcrm, ipcs, list, rwsem, sembench, semop, show, spin, torture, uncontended,
-    wake,
+    backoff, compare, dining, ipcrm, ipcs, list, rwsem, sembench, semop, show, spin, torture,
+    uncontended, wake,
 };
 use output::files::Outputs;
 use output::lab::Lab;
@@ -87,6 +87,9 @@ enum Command {
     Wake(wake::Args),
     /// Uncontended semaphore down + up: ksync::sem beside the kernel's SysV semaphores and sem_t.
     Semop(semop::Args),
+    /// Calls on two semaphores from many threads: Dijkstra's dining philosophers taking two
+    /// forks in one call, and calls that never block.
+    Dining(dining::Args),
     /// The locks, mixes and semaphore backends the lab knows.
     List,
     /// ksync's process-shared semaphore sets ($KSYNC_SEM_DIR, else /dev/shm/ksync-sem), like
@@ -134,6 +137,7 @@ fn main() -> ExitCode {
         Command::Sembench(args) => sembench::run(&mut lab, args),
         Command::Wake(args) => wake::run(&mut lab, args),
         Command::Semop(args) => semop::run(&mut lab, args),
+        Command::Dining(args) => dining::run(&mut lab, args),
         Command::Ipcs(args) => ipcs::run(&mut lab, args, &outputs),
         Command::Ipcrm(args) => ipcrm::run(&mut lab, args, &outputs),
         Command::List => {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub mod backoff;
 pub mod compare;
+pub mod dining;
 pub mod ipcrm;
 pub mod ipcs;
 pub mod list;

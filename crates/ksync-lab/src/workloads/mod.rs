@@ -4,8 +4,8 @@
 //! ([`spin`]), Rik van Riel's two-lock mix ([`two_lock`]), the rwsem mixes
 //! of Howells and Arcangeli ([`rw_mix`]), locktorture ([`torture`]), Chris
 //! Mason's sembench driver ([`sembench`]), Kenneth Chen's deep wait list and
-//! the bulk wake-up ([`wake`]), and the uncontended semaphore pair
-//! ([`semop`]).
+//! the bulk wake-up ([`wake`]), the uncontended semaphore pair
+//! ([`semop`]), and calls on two semaphores from many threads ([`dining`]).
 //!
 //! Every loop is generic over the lock (or backend) type so that each
 //! lock's `lock` and `unlock` are inlined into its own copy of the loop, as
@@ -13,6 +13,7 @@
 //! (`MutexVisitor`, `RwVisitor`, `SemVisitor`), so that an experiment runs
 //! it for a registry entry with `entry.dispatch(...)`.
 
+pub mod dining;
 pub mod rw_mix;
 pub mod sembench;
 pub mod semop;
