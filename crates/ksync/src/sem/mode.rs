@@ -66,7 +66,7 @@ use lock_api::RawMutex;
 use super::counters::Counters;
 use super::error::SemError;
 use super::lock::GlobalLock;
-use super::queue::{poll_before_queueing, Look, Polled, WaitList};
+use super::queue::{poll_before_queueing, poll_within, Look, Polled, WaitList};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
@@ -338,6 +338,68 @@ impl SetShared {
         });
         if polls > 0 {
             Counters::add(&self.sems[num].counters.outside.polls, u64::from(polls));
+        }
+        polled
+    }
+
+    /// Whether a call of several operations that the quiet path did not
+    /// finish polls its semaphores' words before it queues
+    /// ([`poll_quiet`](Self::poll_quiet)): 2 to [`QUIET_MAX`] operations on
+    /// distinct semaphores (`dupsop` false), one of which may block, none
+    /// with `SEM_UNDO` or `IPC_NOWAIT`: the calls the quiet path takes.
+    pub(super) fn polls_quiet_before_queueing(&self, sops: &[SemBuf], dupsop: bool) -> bool {
+        (2..=QUIET_MAX).contains(&sops.len())
+            && !dupsop
+            && sops.iter().any(|s| s.op <= 0)
+            && sops.iter().all(|s| {
+                s.flags & (SEM_UNDO | IPC_NOWAIT) == 0 && usize::from(s.num) < self.nsems()
+            })
+    }
+
+    /// [`poll_lock_free`](Self::poll_lock_free) for a blocked call of
+    /// several operations: polls its semaphores' words for this thread's
+    /// learned budget and makes the call on the quiet path
+    /// ([`try_quiet`](Self::try_quiet)) as soon as they let it through.
+    /// [`Polled::Queue`]: a semaphore has a sleeper queued first, or the
+    /// set is in global mode or removed.
+    ///
+    /// Without it, such a call that blocks enters global mode to queue and
+    /// sleeps even when the semaphores it waits for are released a moment
+    /// later (two threads taking two of five semaphores each, `ksync-lab
+    /// dining`). A poller is not a sleeper: it is not counted by GETNCNT,
+    /// does not enter global mode, and stops as soon as anyone has queued on
+    /// one of its semaphores, so it never overtakes a sleeper.
+    ///
+    /// `budget` is the most polls: this thread's learned budget
+    /// (`queue::spin_budget`), which the caller reads.
+    pub(super) fn poll_quiet(
+        &self,
+        sops: &[SemBuf],
+        deadline: Option<Instant>,
+        budget: u32,
+    ) -> Polled<Result<(), SemError>> {
+        debug_assert!(self.polls_quiet_before_queueing(sops, false));
+        let (polled, polls) = poll_within(budget, deadline, || {
+            let mut words = [0u32; QUIET_MAX];
+            let mut locked = false;
+            for (word, sop) in words.iter_mut().zip(sops) {
+                *word = self.sems[usize::from(sop.num)].word.load(Ordering::Relaxed);
+                if *word & (SLEEPERS | GLOBAL | REMOVED) != 0 {
+                    return Look::Queue;
+                }
+                locked |= *word & LOCKED != 0;
+            }
+            // A holder of one of the locks alone is waited out, as in
+            // `poll_lock_free`: its release may be what this call waits for.
+            let mut values = [0i32; QUIET_MAX];
+            if locked || quiet_outcome(sops, &words, &mut values).is_none() {
+                return Look::Again;
+            }
+            self.try_quiet(sops).map_or(Look::Again, Look::Done)
+        });
+        if polls > 0 {
+            let first = usize::from(sops[0].num);
+            Counters::add(&self.sems[first].counters.outside.polls, u64::from(polls));
         }
         polled
     }
@@ -752,6 +814,73 @@ mod tests {
     }
 
     #[test]
+    fn a_call_on_two_semaphores_polls_its_way_through_when_both_are_there() {
+        use crate::sem::queue::spin_budget;
+        let set = SemSet::new(2).unwrap();
+        set.set_all(&[1, 1]).unwrap();
+        let set = set.shared();
+        let take = [SemBuf::new(1, -1, 0), SemBuf::new(0, -1, 0)];
+        assert!(set.polls_quiet_before_queueing(&take, false));
+        assert_eq!(
+            set.poll_quiet(&take, None, spin_budget()),
+            Polled::Done(Ok(()))
+        );
+        assert_eq!((set.word_value(0), set.word_value(1)), (0, 0));
+        assert!(polls(set, 1) >= 1, "counted on the first semaphore named");
+    }
+
+    #[test]
+    fn a_call_on_two_semaphores_never_polls_past_a_queued_sleeper() {
+        use crate::sem::queue::spin_budget;
+        // A sleeper queued on one of the call's semaphores: the poller
+        // gives up at its first look and queues too, even though both
+        // values would let it through (a poller that ignored the flag would
+        // spin until its budget ran out instead).
+        let set = SemSet::new(2).unwrap();
+        set.set_all(&[1, 1]).unwrap();
+        let set = set.shared();
+        let held = set.lock_one(1);
+        let queued = Sleeper::new(&[SemBuf::new(1, -2, 0)], None, 0, false);
+        set.with_sem_lists(&held, 1, |l| l.alter.push_back(NodeRef::new(&queued)));
+        set.unlock(held);
+        let take = [SemBuf::new(0, -1, 0), SemBuf::new(1, -1, 0)];
+        assert_eq!(set.poll_quiet(&take, None, spin_budget()), Polled::Queue);
+        assert_eq!((set.word_value(0), set.word_value(1)), (1, 1));
+        assert_eq!(polls(set, 0), 1, "one look, then it queues");
+        let held = set.lock_one(1);
+        set.with_sem_lists(&held, 1, |l| l.alter.clear());
+        set.unlock(held);
+        // In global mode it queues at once as well.
+        set.global.complex_count.store(1, Ordering::Relaxed);
+        let held = set.lock_global();
+        set.unlock(held);
+        assert_eq!(set.poll_quiet(&take, None, spin_budget()), Polled::Queue);
+        set.global.complex_count.store(0, Ordering::Relaxed);
+        let held = set.lock_global();
+        set.unlock(held);
+    }
+
+    #[test]
+    fn only_calls_the_quiet_path_takes_poll_before_queueing() {
+        let set = SemSet::new(3).unwrap();
+        let set = set.shared();
+        let polls = |sops: &[SemBuf], dupsop| set.polls_quiet_before_queueing(sops, dupsop);
+        let (down, up) = (SemBuf::new(0, -1, 0), SemBuf::new(1, 1, 0));
+        assert!(polls(&[down, up], false));
+        assert!(polls(&[SemBuf::new(0, 0, 0), up], false), "a wait for zero");
+        assert!(!polls(&[down, up], true), "a semaphore named twice");
+        assert!(
+            !polls(&[up, SemBuf::new(2, 1, 0)], false),
+            "posts never block"
+        );
+        assert!(!polls(&[down, SemBuf::new(1, 1, SEM_UNDO)], false));
+        assert!(!polls(&[down, SemBuf::new(1, 1, IPC_NOWAIT)], false));
+        assert!(!polls(&[down, SemBuf::new(3, 1, 0)], false), "out of range");
+        assert!(!polls(&[down], false), "a single operation polls lock-free");
+        assert!(!polls(&[up; QUIET_MAX + 1], false));
+    }
+
+    #[test]
     fn lock_for_takes_the_lock_of_every_semaphore_named() {
         let set = SemSet::new(3).unwrap();
         let set = set.shared();
@@ -899,5 +1028,67 @@ mod tests {
             set.with_sem_lists(&held, num, |l| l.alter.clear());
         }
         set.unlock(held);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::sem::SemSet;
+    use loom::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A call on two semaphores that would block polls their words, then
+    /// queues, while another thread makes the post it waits for. The post
+    /// lands while it polls (the call completes on the quiet path) or after
+    /// it gave up and queued in global mode (the post completes it); either
+    /// way it succeeds and every unit is taken once. The sleepers of the
+    /// other models never poll (their budget is 0 under loom); this one gets
+    /// two looks. loom runs a thread that yields, as a poll does, only once
+    /// the others block, yield or end, so the poster yields `delay` times
+    /// before it posts: 0 lets the poll find the post, 3 makes it give up.
+    #[test]
+    fn a_call_on_two_semaphores_polls_then_queues_for_the_post_it_waits_for() {
+        static POLLED_THROUGH: AtomicUsize = AtomicUsize::new(0);
+        static QUEUED: AtomicUsize = AtomicUsize::new(0);
+        for delay in [0, 3] {
+            let mut model = loom::model::Builder::new();
+            model.max_branches = 20_000;
+            model.check(move || {
+                let set = Arc::new(SemSet::new(2).unwrap());
+                set.set_value(1, 1).unwrap();
+                let caller = {
+                    let set = Arc::clone(&set);
+                    loom::thread::spawn(move || {
+                        let take = [SemBuf::new(0, -1, 0), SemBuf::new(1, -1, 0)];
+                        match set.shared().poll_quiet(&take, None, 2) {
+                            Polled::Done(done) => {
+                                POLLED_THROUGH.fetch_add(1, Ordering::Relaxed);
+                                done
+                            }
+                            Polled::Spent | Polled::Queue => {
+                                QUEUED.fetch_add(1, Ordering::Relaxed);
+                                set.semop(&take)
+                            }
+                        }
+                    })
+                };
+                for _ in 0..delay {
+                    loom::thread::yield_now();
+                }
+                set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+                assert_eq!(caller.join().unwrap(), Ok(()));
+                assert_eq!(set.get_all(), Ok(vec![0, 0]));
+                assert_eq!((set.ncnt(0), set.ncnt(1)), (Ok(0), Ok(0)));
+            });
+        }
+        assert!(
+            POLLED_THROUGH.load(Ordering::Relaxed) > 0,
+            "never polled through"
+        );
+        assert!(
+            QUEUED.load(Ordering::Relaxed) > 0,
+            "never queued after polling"
+        );
     }
 }

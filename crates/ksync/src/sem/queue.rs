@@ -220,9 +220,18 @@ pub(super) enum Polled<T> {
 /// and then every 64 (reading the clock costs more than a poll).
 pub(super) fn poll_before_queueing<T>(
     deadline: Option<Instant>,
+    look: impl FnMut() -> Look<T>,
+) -> (Polled<T>, u32) {
+    poll_within(spin_budget(), deadline, look)
+}
+
+/// [`poll_before_queueing`] for a budget the caller chose: at most `budget`
+/// polls (a loom model polls where its sleepers otherwise would not).
+pub(super) fn poll_within<T>(
+    budget: u32,
+    deadline: Option<Instant>,
     mut look: impl FnMut() -> Look<T>,
 ) -> (Polled<T>, u32) {
-    let budget = spin_budget();
     let mut polls = 0;
     let polled = loop {
         if polls == budget {

@@ -24,7 +24,7 @@ use super::lock::new_global_lock;
 use super::mode::Held;
 use super::node_pool::Claim;
 use super::perform::{scan, Attempt, Op};
-use super::queue::{NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
+use super::queue::{spin_budget, NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
@@ -207,17 +207,24 @@ impl SemSet {
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
-        // A single operation that may block polls its word before it
-        // queues; if it spent its budget there, it sleeps at once once
-        // queued, without polling its status word as well.
+        // A call that may block polls its words before it queues (a single
+        // operation lock-free, a few on the quiet path); if it spent its
+        // budget there, it sleeps at once once queued, without polling its
+        // status word as well.
         let mut polled = false;
-        if sops.len() == 1 && timeout != Some(Duration::ZERO) && set.polls_before_queueing(&sops[0])
-        {
-            match set.poll_lock_free(&sops[0], deadline) {
-                Polled::Done(done) => return done,
-                Polled::Spent => polled = true,
-                Polled::Queue => {}
-            }
+        let poll = if timeout == Some(Duration::ZERO) {
+            None
+        } else if sops.len() == 1 && set.polls_before_queueing(&sops[0]) {
+            Some(set.poll_lock_free(&sops[0], deadline))
+        } else if set.polls_quiet_before_queueing(sops, scan.dupsop) {
+            Some(set.poll_quiet(sops, deadline, spin_budget()))
+        } else {
+            None
+        };
+        match poll {
+            Some(Polled::Done(done)) => return done,
+            Some(Polled::Spent) => polled = true,
+            Some(Polled::Queue) | None => {}
         }
         // The node this call will queue, if it blocks, goes in this thread's
         // slot of the node pool, where a waker finds the nodes of many
