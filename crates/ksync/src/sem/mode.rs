@@ -137,7 +137,7 @@ impl SetShared {
             }
             // Global mode (or removal): wait for the global lock. The mode
             // only changes under it, so what we read now holds while we keep it.
-            let guard = self.global.lock.lock();
+            let guard = self.take_global_lock();
             if self.mode.global.load(Ordering::Relaxed) || self.is_deleted() {
                 return Held::Global(guard);
             }
@@ -147,10 +147,19 @@ impl SetShared {
         }
     }
 
+    /// Takes the global lock, counting a wait when it is taken (a lock wait
+    /// as a semaphore's word lock counts one).
+    fn take_global_lock(&self) -> GlobalGuard {
+        self.global.lock.try_lock().unwrap_or_else(|| {
+            Counters::add(&self.global.counters.outside.lock_waits, 1);
+            self.global.lock.lock()
+        })
+    }
+
     /// Takes the global lock and enters global mode (complex sleepers,
     /// whole-set control calls, undo, removal).
     pub(super) fn lock_global(&self) -> Held {
-        let guard = self.global.lock.lock();
+        let guard = self.take_global_lock();
         if !self.mode.global.load(Ordering::Relaxed) {
             for num in 0..self.nsems() {
                 self.enter_global(num);
@@ -878,6 +887,37 @@ mod tests {
         assert!(!polls(&[down, SemBuf::new(3, 1, 0)], false), "out of range");
         assert!(!polls(&[down], false), "a single operation polls lock-free");
         assert!(!polls(&[up; QUIET_MAX + 1], false));
+    }
+
+    #[test]
+    fn only_a_lock_found_taken_counts_a_lock_wait() {
+        let set = SemSet::new(2).unwrap();
+        let shared = set.shared();
+        // Global mode, kept by a complex sleeper.
+        shared.global.complex_count.store(1, Ordering::Relaxed);
+        let held = shared.lock_global();
+        shared.unlock(held);
+        let before = set.counters().lock_waits;
+        // Sent from the word to the global lock, which is free: no wait.
+        let held = shared.lock_one(0);
+        assert!(held.is_global());
+        shared.unlock(held);
+        assert_eq!(set.counters().lock_waits, before);
+        // The global lock taken: one wait, counted before it blocks.
+        let held = shared.lock_global();
+        std::thread::scope(|s| {
+            let locker = s.spawn(|| shared.unlock(shared.lock_one(1)));
+            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            while set.counters().lock_waits == before && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(set.counters().lock_waits, before + 1);
+            shared.unlock(held);
+            locker.join().unwrap();
+        });
+        shared.global.complex_count.store(0, Ordering::Relaxed);
+        let held = shared.lock_global();
+        shared.unlock(held);
     }
 
     #[test]

@@ -278,6 +278,12 @@ impl SetShared {
         {
             return Ok(word::value_of(current));
         }
+        if current & (GLOBAL | REMOVED) != 0 {
+            // Not a wait: the caller goes to the global lock (or fails), and
+            // a count here would be a write to a shared line on every call
+            // made in global mode.
+            return Err(Diverted);
+        }
         self.lock_sem_contended(sem)
     }
 
