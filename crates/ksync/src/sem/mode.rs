@@ -72,6 +72,7 @@ use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
 use super::word::{self, LockFree, GLOBAL, LOCKED, QUIET, REMOVED, SLEEPERS};
 use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
+use crate::spin_budget::SpinTimer;
 use crate::sync::Ordering;
 use std::time::Instant;
 
@@ -351,8 +352,8 @@ impl SetShared {
         polled
     }
 
-    /// Whether a call of several operations that the quiet path did not
-    /// finish polls its semaphores' words before it queues
+    /// Whether a call of several operations that found itself blocked polls
+    /// its semaphores' words before it queues
     /// ([`poll_quiet`](Self::poll_quiet)): 2 to [`QUIET_MAX`] operations on
     /// distinct semaphores (`dupsop` false), one of which may block, none
     /// with `SEM_UNDO` or `IPC_NOWAIT`: the calls the quiet path takes.
@@ -365,19 +366,22 @@ impl SetShared {
             })
     }
 
-    /// [`poll_lock_free`](Self::poll_lock_free) for a blocked call of
-    /// several operations: polls its semaphores' words for this thread's
-    /// learned budget and makes the call on the quiet path
-    /// ([`try_quiet`](Self::try_quiet)) as soon as they let it through.
-    /// [`Polled::Queue`]: a semaphore has a sleeper queued first, or the
-    /// set is in global mode or removed.
+    /// [`poll_lock_free`](Self::poll_lock_free) for a call of several
+    /// operations that was found blocked under its semaphores' locks: polls
+    /// their words for this thread's learned budget and makes the call on
+    /// the quiet path ([`try_quiet`](Self::try_quiet)) as soon as they let
+    /// it through. [`Polled::Queue`]: a semaphore has a sleeper queued
+    /// first, or the set is in global mode or removed, or the values would
+    /// let the call through but a lock holder stayed longer than about one
+    /// context switch (preempted, perhaps: the locked path waits for it and
+    /// sleeps meanwhile).
     ///
-    /// Without it, such a call that blocks enters global mode to queue and
-    /// sleeps even when the semaphores it waits for are released a moment
-    /// later (two threads taking two of five semaphores each, `ksync-lab
-    /// dining`). A poller is not a sleeper: it is not counted by GETNCNT,
-    /// does not enter global mode, and stops as soon as anyone has queued on
-    /// one of its semaphores, so it never overtakes a sleeper.
+    /// Without it, such a call enters global mode to queue and sleeps even
+    /// when the semaphores it waits for are released a moment later (two
+    /// threads taking two of five semaphores each, `ksync-lab dining`). A
+    /// poller is not a sleeper: it is not counted by GETNCNT, does not enter
+    /// global mode, and stops as soon as anyone has queued on one of its
+    /// semaphores, so it never overtakes a sleeper.
     ///
     /// `budget` is the most polls: this thread's learned budget
     /// (`queue::spin_budget`), which the caller reads.
@@ -388,23 +392,37 @@ impl SetShared {
         budget: u32,
     ) -> Polled<Result<(), SemError>> {
         debug_assert!(self.polls_quiet_before_queueing(sops, false));
+        let mut lock_wait = SpinTimer::one_switch();
         let (polled, polls) = poll_within(budget, deadline, || {
-            let mut words = [0u32; QUIET_MAX];
+            let mut values_only = [0u32; QUIET_MAX];
             let mut locked = false;
-            for (word, sop) in words.iter_mut().zip(sops) {
-                *word = self.sems[usize::from(sop.num)].word.load(Ordering::Relaxed);
-                if *word & (SLEEPERS | GLOBAL | REMOVED) != 0 {
+            for (value, sop) in values_only.iter_mut().zip(sops) {
+                let word = self.sems[usize::from(sop.num)].word.load(Ordering::Relaxed);
+                if word & (SLEEPERS | GLOBAL | REMOVED) != 0 {
                     return Look::Queue;
                 }
-                locked |= *word & LOCKED != 0;
+                locked |= word & LOCKED != 0;
+                *value = word & word::VALUE_MASK;
             }
-            // A holder of one of the locks alone is waited out, as in
-            // `poll_lock_free`: its release may be what this call waits for.
+            // Decided on the values alone: a locked word's may be about to
+            // change, which costs at most another look.
             let mut values = [0i32; QUIET_MAX];
-            if locked || quiet_outcome(sops, &words, &mut values).is_none() {
-                return Look::Again;
+            match quiet_outcome(sops, &values_only, &mut values) {
+                // It would block: poll on, for the release it waits for.
+                None => Look::Again,
+                // It would go through but a lock is held: wait about one
+                // context switch for the holder, as a locker would, then
+                // leave it to the locked path, which naps or sleeps while a
+                // preempted holder is away instead of spinning on.
+                Some(_) if locked => {
+                    if lock_wait.expired() {
+                        Look::Queue
+                    } else {
+                        Look::Again
+                    }
+                }
+                Some(_) => self.try_quiet(sops).map_or(Look::Again, Look::Done),
             }
-            self.try_quiet(sops).map_or(Look::Again, Look::Done)
         });
         if polls > 0 {
             let first = usize::from(sops[0].num);
@@ -866,6 +884,29 @@ mod tests {
         assert_eq!(set.poll_quiet(&take, None, spin_budget()), Polled::Queue);
         set.global.complex_count.store(0, Ordering::Relaxed);
         let held = set.lock_global();
+        set.unlock(held);
+    }
+
+    #[test]
+    fn a_call_that_would_go_through_leaves_a_lasting_lock_to_the_locked_path() {
+        use crate::sem::queue::spin_budget;
+        let sems = SemSet::new(2).unwrap();
+        sems.set_all(&[1, 1]).unwrap();
+        let set = sems.shared();
+        let take = [SemBuf::new(0, -1, 0), SemBuf::new(1, -1, 0)];
+        // Semaphore 1 locked by a holder that stays: the poll waits about
+        // one context switch, then leaves it to the locked path (a poll that
+        // waited on would spend its whole budget: Spent).
+        let held = set.lock_one(1);
+        assert_eq!(set.poll_quiet(&take, None, 1 << 20), Polled::Queue);
+        assert!(polls(set, 0) >= 1);
+        set.unlock(held);
+        // Locked while the values would block: the poll waits on (here until
+        // its deadline, already passed, ends it after one look).
+        sems.set_value(0, 0).unwrap();
+        let held = set.lock_one(1);
+        let past = Some(Instant::now());
+        assert_eq!(set.poll_quiet(&take, past, spin_budget()), Polled::Spent);
         set.unlock(held);
     }
 

@@ -207,24 +207,18 @@ impl SemSet {
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
-        // A call that may block polls its words before it queues (a single
-        // operation lock-free, a few on the quiet path); if it spent its
-        // budget there, it sleeps at once once queued, without polling its
-        // status word as well.
+        // A single operation that may block polls its word before it
+        // queues; if it spent its budget there, it sleeps at once once
+        // queued, without polling its status word as well. (A call on
+        // several semaphores polls once it found itself blocked, below.)
         let mut polled = false;
-        let poll = if timeout == Some(Duration::ZERO) {
-            None
-        } else if sops.len() == 1 && set.polls_before_queueing(&sops[0]) {
-            Some(set.poll_lock_free(&sops[0], deadline))
-        } else if set.polls_quiet_before_queueing(sops, scan.dupsop) {
-            Some(set.poll_quiet(sops, deadline, spin_budget()))
-        } else {
-            None
-        };
-        match poll {
-            Some(Polled::Done(done)) => return done,
-            Some(Polled::Spent) => polled = true,
-            Some(Polled::Queue) | None => {}
+        if sops.len() == 1 && timeout != Some(Duration::ZERO) && set.polls_before_queueing(&sops[0])
+        {
+            match set.poll_lock_free(&sops[0], deadline) {
+                Polled::Done(done) => return done,
+                Polled::Spent => polled = true,
+                Polled::Queue => {}
+            }
         }
         // The node this call will queue, if it blocks, goes in this thread's
         // slot of the node pool, where a waker finds the nodes of many
@@ -265,9 +259,19 @@ impl SemSet {
                 // A complex sleeper waits in global mode, where its FIFO
                 // order against every other alter sleeper is kept: start
                 // over under the global lock (the values may change
-                // meanwhile, so the call is evaluated again).
+                // meanwhile, so the call is evaluated again). Before that
+                // it polls its semaphores' values, the release it waits
+                // for may be a moment away; only a call found blocked polls,
+                // so calls that meet a lock but never block do not spin.
                 Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
                     set.unlock(held);
+                    if set.polls_quiet_before_queueing(sops, scan.dupsop) {
+                        match set.poll_quiet(sops, deadline, spin_budget()) {
+                            Polled::Done(done) => return done,
+                            Polled::Spent => polled = true,
+                            Polled::Queue => {}
+                        }
+                    }
                     held = set.lock_global();
                 }
                 Attempt::Blocked(i) => break i,

@@ -418,11 +418,6 @@ impl SharedSemSet {
                 Polled::Spent => polled = true,
                 Polled::Queue => {}
             }
-        } else if timeout != Some(Duration::ZERO) && polls_before_queueing(sops) {
-            // A call on several semaphores polls too, and when they let it
-            // through takes the locked path, which decides (and may still
-            // queue if somebody was quicker).
-            polled = self.poll_values(sops, deadline) == Polled::Spent;
         }
         let result = self.locked_op(sops, timeout, deadline, alter, polled);
         self.unless_poisoned(result)
@@ -463,12 +458,14 @@ impl SharedSemSet {
         .0
     }
 
-    /// Polls the words of a blocked call of several operations
-    /// ([`polls_before_queueing`]) for the budget this thread learned, until
-    /// their values would let it through ([`Polled::Done`]: the caller takes
-    /// the locked path at once), the budget runs out ([`Polled::Spent`]: it
-    /// queues and sleeps at once), or a word shows a sleeper queued first or
-    /// the set was removed ([`Polled::Queue`]). Without it such a call queued
+    /// Polls the words of a call of several operations the locked path
+    /// found blocked ([`polls_before_queueing`]) for the budget this thread
+    /// learned, until their values would let it through ([`Polled::Done`]:
+    /// the caller takes the lock again at once), the budget runs out
+    /// ([`Polled::Spent`]: it queues and sleeps at once), or a word shows a
+    /// sleeper queued first or the set was removed ([`Polled::Queue`]).
+    /// Only calls found blocked poll, so a call that meets the lock holder
+    /// but never blocks waits for the lock, not in a poll. Without it such a call queued
     /// and slept even when the semaphores it waited for were released a
     /// moment later (`ksync-lab dining`: two threads taking two of five
     /// semaphores, 0.6 sleeps per pair and 0.3x the kernel); the in-process
@@ -526,29 +523,42 @@ impl SharedSemSet {
         timeout: Option<Duration>,
         deadline: Option<Instant>,
         alter: bool,
-        polled: bool,
+        mut polled: bool,
     ) -> Result<(), SemError> {
         self.check(if alter { ALTER } else { READ })?;
         if !self.map.writable() {
             return self.wait_for_zero_read_only(sops, timeout, deadline);
         }
-        let mut held = Locked::enter(&self.map, self.me()?)?;
-        let mut reaped = false;
-        let blocking = loop {
-            if held.removed() {
-                return Err(SemError::Removed);
-            }
-            match held.perform(sops) {
-                Outcome::Done => return Ok(()),
-                // A dead process's undo may make it possible: look once.
-                Outcome::Failed(SemError::Again) if !reaped && held.reap_if_due() => reaped = true,
-                Outcome::Failed(e) => return Err(e),
-                Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
-                Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
-                    return Err(SemError::Again)
+        // A call on several semaphores found blocked polls once before it
+        // queues (`poll_values`), then takes the lock again.
+        let mut may_poll = polls_before_queueing(sops);
+        let (mut held, blocking) = loop {
+            let mut held = Locked::enter(&self.map, self.me()?)?;
+            let mut reaped = false;
+            let blocking = loop {
+                if held.removed() {
+                    return Err(SemError::Removed);
                 }
-                Outcome::Blocked(at) => break at,
+                match held.perform(sops) {
+                    Outcome::Done => return Ok(()),
+                    // A dead process's undo may make it possible: look once.
+                    Outcome::Failed(SemError::Again) if !reaped && held.reap_if_due() => {
+                        reaped = true
+                    }
+                    Outcome::Failed(e) => return Err(e),
+                    Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
+                    Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                        return Err(SemError::Again)
+                    }
+                    Outcome::Blocked(at) => break at,
+                }
+            };
+            if !may_poll {
+                break (held, blocking);
             }
+            may_poll = false;
+            drop(held);
+            polled = self.poll_values(sops, deadline) == Polled::Spent;
         };
         let slot = held.enqueue(sops, blocking)?;
         drop(held);
