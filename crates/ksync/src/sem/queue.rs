@@ -257,6 +257,17 @@ pub(super) fn poll_within<T>(
     (polled, polls)
 }
 
+/// The semaphores `sops` names as a bit mask, semaphore `n` on bit `n % 64`:
+/// exact for sets of up to 64 semaphores, a superset beyond, so that two
+/// masks that do not intersect name no semaphore in common.
+pub(super) fn sem_mask(sops: &[SemBuf]) -> u64 {
+    sops.iter().fold(0, |mask, s| mask | 1 << (s.num % 64))
+}
+
+// The fields a waker reads share one line.
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<Sleeper>() == 64);
+
 /// One blocked `semop` call, alone on its cache line: a waker reads it and
 /// swaps its status with one miss.
 #[repr(align(64))]
@@ -274,6 +285,12 @@ pub(super) struct Sleeper {
     pub(super) blocking: AtomicU32,
     /// Uses the sequential (duplicate-aware) evaluation.
     pub(super) dupsop: bool,
+    /// The semaphores its operations name ([`sem_mask`]): a scan of the
+    /// global list passes over a sleeper none of whose semaphores changed.
+    sems: u64,
+    /// One of its operations waits for zero (the rescan rule's input for a
+    /// sleeper passed over unevaluated).
+    waits_for_zero: bool,
     /// The waker's share-out of its wake-ups ([`Handle`]), written before
     /// the result and read once the owner has it: the owner helps wake the
     /// other sleepers of the same post before it returns.
@@ -295,6 +312,8 @@ impl Sleeper {
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
             blocking: AtomicU32::new(blocking as u32),
             dupsop,
+            sems: sem_mask(sops),
+            waits_for_zero: sops.iter().any(|s| s.op == 0),
             help: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
@@ -308,6 +327,16 @@ impl Sleeper {
         // SAFETY: the waker left this handle's reference for this call, and
         // the swap takes it exactly once.
         unsafe { Handle::from_raw(raw).help() }
+    }
+
+    /// The semaphores the blocked call names, as [`sem_mask`] folds them.
+    pub(super) fn sem_mask(&self) -> u64 {
+        self.sems
+    }
+
+    /// Whether one of the blocked call's operations waits for zero.
+    pub(super) fn has_wait_for_zero(&self) -> bool {
+        self.waits_for_zero
     }
 
     /// The operations of the blocked call.
