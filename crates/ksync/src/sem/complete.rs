@@ -561,6 +561,36 @@ mod tests {
         assert!(!undo.may_run_after(&[undone(0)]));
     }
 
+    fn op_of(sops: &[SemBuf]) -> Op<'_> {
+        Op {
+            sops,
+            undo: None,
+            dupsop: false,
+        }
+    }
+
+    /// A node for each of `calls`, blocked where the caller's own first
+    /// attempt under `held` blocks (as `semop` makes it), not yet queued.
+    fn blocked_sleepers(set: &SetShared, held: &Held, calls: &[&[SemBuf]]) -> Vec<Sleeper> {
+        calls
+            .iter()
+            .map(|sops| {
+                let Attempt::Blocked(at) = set.perform(held, &op_of(sops)) else {
+                    panic!("{sops:?} does not block");
+                };
+                Sleeper::new(sops, None, at, false)
+            })
+            .collect()
+    }
+
+    /// Queues `nodes`, made for `calls`, in order.
+    fn queue(set: &SetShared, held: &Held, nodes: &[Sleeper], calls: &[&[SemBuf]]) {
+        for (sleeper, sops) in nodes.iter().zip(calls) {
+            let alter = sops.iter().any(|s| s.op != 0);
+            set.enqueue(held, sops, alter, NodeRef::new(sleeper));
+        }
+    }
+
     /// A set in global mode, `values` set, `sleepers` queued with the
     /// caller's own first attempt (as `semop` does); then `post` performed
     /// and its sleepers completed. Returns the sleepers' statuses and the
@@ -572,30 +602,9 @@ mod tests {
         for (num, &v) in values.iter().enumerate() {
             set.set_value(&held, num, v);
         }
-        let nodes: Vec<Sleeper> = sleepers
-            .iter()
-            .map(|sops| {
-                let op = Op {
-                    sops,
-                    undo: None,
-                    dupsop: false,
-                };
-                let Attempt::Blocked(at) = set.perform(&held, &op) else {
-                    panic!("{sops:?} does not block");
-                };
-                Sleeper::new(sops, None, at, false)
-            })
-            .collect();
-        for (sleeper, sops) in nodes.iter().zip(sleepers) {
-            let alter = sops.iter().any(|s| s.op != 0);
-            set.enqueue(&held, sops, alter, NodeRef::new(sleeper));
-        }
-        let op = Op {
-            sops: post,
-            undo: None,
-            dupsop: false,
-        };
-        assert_eq!(set.perform(&held, &op), Attempt::Done);
+        let nodes = blocked_sleepers(set, &held, sleepers);
+        queue(set, &held, &nodes, sleepers);
+        assert_eq!(set.perform(&held, &op_of(post)), Attempt::Done);
         let mut wakeups = Wakeups::default();
         set.smart_update(&held, Changed::Ops(post), true, &mut wakeups);
         // Nobody parked, so nobody needs a futex wake.
@@ -624,32 +633,12 @@ mod tests {
         let set = set.shared();
         let held = set.lock_global();
         let calls: [&[SemBuf]; 2] = [&[sb(0, -1), sb(1, -1)], &[sb(2, -1), sb(3, -1)]];
-        let nodes: Vec<Sleeper> = calls
-            .iter()
-            .map(|sops| {
-                let op = Op {
-                    sops,
-                    undo: None,
-                    dupsop: false,
-                };
-                let Attempt::Blocked(at) = set.perform(&held, &op) else {
-                    panic!("{sops:?} does not block");
-                };
-                Sleeper::new(sops, None, at, false)
-            })
-            .collect();
-        for (sleeper, sops) in nodes.iter().zip(calls) {
-            set.enqueue(&held, sops, true, NodeRef::new(sleeper));
-        }
+        let nodes = blocked_sleepers(set, &held, &calls);
+        queue(set, &held, &nodes, &calls);
         let attempts = || set.global.counters.attempts.load(Ordering::Relaxed);
         // A post to semaphores 0 and 1 concerns the first sleeper only.
         let post = [sb(1, 1), sb(0, 1)];
-        let op = Op {
-            sops: &post,
-            undo: None,
-            dupsop: false,
-        };
-        assert_eq!(set.perform(&held, &op), Attempt::Done);
+        assert_eq!(set.perform(&held, &op_of(&post)), Attempt::Done);
         let before = attempts();
         let mut wakeups = Wakeups::default();
         set.smart_update(&held, Changed::Ops(&post), true, &mut wakeups);
