@@ -66,6 +66,10 @@ fn record(o: &Outcome, backend: &SemEntry, cfg: &Config) -> Record {
     .metric("max_pairs", o.max() as f64)
     .metric("exact", f64::from(u8::from(o.exact)))
     .metric(
+        "cpus_busy",
+        (o.usage.user + o.usage.system).as_secs_f64() / o.elapsed.as_secs_f64(),
+    )
+    .metric(
         "cpu_us_per_pair",
         o.per_pair((o.usage.user + o.usage.system).as_nanos() as u64) / 1e3,
     )
@@ -101,9 +105,11 @@ fn shown(m: &Measured, key: &str, decimals: usize) -> String {
 /// What the columns of [`table`] mean, printed once under the last one.
 const NOTE: &str = "A pair is two calls, each on two semaphores. x sysv: pairs/s against the \
     kernel's (higher is faster). min / max thread: the least busy thread's pairs over the \
-    busiest's (medians). Per pair: CPU time (getrusage of the whole process), context switches, \
-    and the backend's own counts of futex sleeps and of internal locks found taken (the kernel \
-    keeps its own). exact: every semaphore held its starting value after every run.";
+    busiest's (medians). CPUs busy: the process's CPU time over the run's (getrusage), which \
+    tells runs where threads waited (slept or napped) from runs where every CPU was busy. Per \
+    pair: CPU time, context switches, and the backend's own counts of futex sleeps and of \
+    internal locks found taken (the kernel keeps its own). exact: every semaphore held its \
+    starting value after every run.";
 
 /// One table per mode and thread count: throughput against the kernel's,
 /// fairness, and what a pair cost.
@@ -117,6 +123,7 @@ fn table(points: &[Measured]) -> Table {
         "pairs/s",
         "x sysv",
         "min / max thread",
+        "CPUs busy",
         "cpu us",
         "user us",
         "switches vol",
@@ -131,6 +138,7 @@ fn table(points: &[Measured]) -> Table {
             m.show("pairs_per_s", 0),
             base.map_or("-".into(), |b| format!("{:.2}", m.get("pairs_per_s") / b)),
             format!("{:.2}", m.get("min_pairs") / m.get("max_pairs").max(1.0)),
+            m.show("cpus_busy", 2),
             m.show("cpu_us_per_pair", 2),
             m.show("user_us_per_pair", 2),
             m.show("voluntary_switches_per_pair", 3),
