@@ -93,15 +93,6 @@ fn record(o: &Outcome, backend: &SemEntry, cfg: &Config) -> Record {
     r
 }
 
-/// A metric with its `[min-max]`, or "-" where the backend has none.
-fn shown(m: &Measured, key: &str, decimals: usize) -> String {
-    if m.get(key).is_nan() {
-        "-".into()
-    } else {
-        m.show(key, decimals)
-    }
-}
-
 /// What the columns of [`table`] mean, printed once under the last one.
 const NOTE: &str = "A pair is two calls, each on two semaphores. x sysv: pairs/s against the \
     kernel's (higher is faster). min / max thread: the least busy thread's pairs over the \
@@ -143,8 +134,8 @@ fn table(points: &[Measured]) -> Table {
             m.show("user_us_per_pair", 2),
             m.show("voluntary_switches_per_pair", 3),
             m.show("involuntary_switches_per_pair", 3),
-            shown(m, "sleeps_per_pair", 3),
-            shown(m, "lock_waits_per_pair", 3),
+            m.show_or_dash("sleeps_per_pair", 3),
+            m.show_or_dash("lock_waits_per_pair", 3),
             if m.in_every_run("exact") { "yes" } else { "NO" }.into(),
         ]);
     }

@@ -396,7 +396,7 @@ fn table(points: &[Measured]) -> Table {
             m.show("min_burns", 0),
             m.show("max_burns", 0),
             m.show("avg_burns", 0),
-            shown(m, "futex_wakes_per_burn", 3),
+            m.show_or_dash("futex_wakes_per_burn", 3),
         ]);
     }
     let uneven: Vec<String> = points
@@ -414,15 +414,6 @@ fn table(points: &[Measured]) -> Table {
         ));
     }
     table
-}
-
-/// A metric with its `[min-max]`, or "-" where the backend has none.
-fn shown(m: &Measured, key: &str, decimals: usize) -> String {
-    if m.get(key).is_finite() {
-        m.show(key, decimals)
-    } else {
-        "-".into()
-    }
 }
 
 /// What one worker burn cost each backend: CPU time, context switches
@@ -443,14 +434,14 @@ fn breakdown(points: &[Measured]) -> Table {
     for m in points {
         table.row(vec![
             m.record.params.get("backend").cloned().unwrap_or_default(),
-            shown(m, "cpu_us_per_burn", 2),
-            shown(m, "kernel_us_per_burn", 2),
-            shown(m, "voluntary_switches_per_burn", 3),
-            shown(m, "involuntary_switches_per_burn", 3),
-            shown(m, "sleeps_per_burn", 3),
-            shown(m, "wake_calls_per_burn", 3),
-            shown(m, "lock_waits_per_burn", 3),
-            shown(m, "polls_per_burn", 1),
+            m.show_or_dash("cpu_us_per_burn", 2),
+            m.show_or_dash("kernel_us_per_burn", 2),
+            m.show_or_dash("voluntary_switches_per_burn", 3),
+            m.show_or_dash("involuntary_switches_per_burn", 3),
+            m.show_or_dash("sleeps_per_burn", 3),
+            m.show_or_dash("wake_calls_per_burn", 3),
+            m.show_or_dash("lock_waits_per_burn", 3),
+            m.show_or_dash("polls_per_burn", 1),
         ]);
     }
     table.note(format!(

@@ -290,15 +290,6 @@ fn median_per_sleeper(o: &BulkOutcome) -> Vec<(&'static str, f64)> {
         .collect()
 }
 
-/// A metric with its `[min-max]`, or "-" where the backend has none.
-fn shown(m: &Measured, key: &str, decimals: usize) -> String {
-    if m.get(key).is_finite() {
-        m.show(key, decimals)
-    } else {
-        "-".into()
-    }
-}
-
 /// `ksync-lab wake`: a table per experiment, one record per point and run.
 pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     let experiments = choose(
@@ -390,11 +381,11 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                         b.name.to_string(),
                         post.name().to_string(),
                         heads.to_string(),
-                        shown(&m, "ns_per_cycle", 0),
-                        shown(&m, "attempts_per_cycle", 2),
-                        shown(&m, "visited_per_cycle", 2),
-                        shown(&m, "wakeups_per_cycle", 2),
-                        shown(&m, "futex_wakes_per_cycle", 2),
+                        m.show_or_dash("ns_per_cycle", 0),
+                        m.show_or_dash("attempts_per_cycle", 2),
+                        m.show_or_dash("visited_per_cycle", 2),
+                        m.show_or_dash("wakeups_per_cycle", 2),
+                        m.show_or_dash("futex_wakes_per_cycle", 2),
                     ]);
                 }
             }
@@ -449,13 +440,13 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                     waker.name().to_string(),
                     n.to_string(),
                     waker.calls(n).to_string(),
-                    shown(&m, "call_us", 0),
-                    shown(&m, "last_return_us", 0),
-                    shown(&m, "call_ns_per_sleeper", 0),
-                    shown(&m, "last_return_ns_per_sleeper", 0),
-                    shown(&m, "visited_per_sleeper", 2),
-                    shown(&m, "attempts_per_sleeper", 2),
-                    shown(&m, "futex_wakes_per_sleeper", 2),
+                    m.show_or_dash("call_us", 0),
+                    m.show_or_dash("last_return_us", 0),
+                    m.show_or_dash("call_ns_per_sleeper", 0),
+                    m.show_or_dash("last_return_ns_per_sleeper", 0),
+                    m.show_or_dash("visited_per_sleeper", 2),
+                    m.show_or_dash("attempts_per_sleeper", 2),
+                    m.show_or_dash("futex_wakes_per_sleeper", 2),
                 ]);
                 per_sleeper.push((
                     n,

@@ -137,6 +137,16 @@ impl Measured {
         self.show_scaled(key, 1.0, decimals)
     }
 
+    /// As [`show`](Self::show), or "-" where the runs did not have `key`
+    /// (a backend that does not count it).
+    pub fn show_or_dash(&self, key: &str, decimals: usize) -> String {
+        if self.get(key).is_finite() {
+            self.show(key, decimals)
+        } else {
+            "-".into()
+        }
+    }
+
     /// As [`show_scaled`](Self::show_scaled), with as many decimals as
     /// three significant digits of the median need (at most 6).
     pub fn show_sig(&self, key: &str, scale: f64) -> String {
@@ -213,5 +223,14 @@ mod tests {
         assert!(Measured::from_runs(&[run(1.0), run(1.0)]).in_every_run("exact"));
         assert!(!Measured::from_runs(&[run(1.0), run(0.0)]).in_every_run("exact"));
         assert!(!Measured::from_runs(&[run(1.0)]).in_every_run("finished"));
+    }
+
+    #[test]
+    fn a_metric_a_backend_does_not_count_shows_as_a_dash() {
+        let run =
+            |polls: f64| Record::new("sembench", "w", "sysv", false, 8).metric("polls", polls);
+        let m = Measured::from_runs(&[run(1.0), run(3.0)]);
+        assert_eq!(m.show_or_dash("polls", 1), "2.0 [1.0-3.0]");
+        assert_eq!(m.show_or_dash("sleeps", 1), "-");
     }
 }
