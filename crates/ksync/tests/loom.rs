@@ -1,9 +1,11 @@
 //! loom models of every lock protocol. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
-//! Three models sit beside the private algorithms they check, in the
+//! Four models sit beside the private algorithms they check, in the
 //! library: the process-shared sets' owner-naming lock (`... --lib
-//! owner_lock`), the shared-out bulk wake-up (`--lib futex_batch::spread`)
-//! and a semaphore's word lock against a quiet hold (`--lib sem::sem_lock`).
+//! owner_lock`), the shared-out bulk wake-up (`--lib futex_batch::spread`),
+//! a semaphore's word lock against a quiet hold (`--lib sem::sem_lock`) and
+//! a call on several semaphores polling before it queues (`--lib
+//! sem::mode::loom_models`).
 //! Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 

@@ -35,7 +35,7 @@
 use super::counters::Counters;
 use super::mode::Held;
 use super::perform::{Attempt, Op};
-use super::queue::{sem_mask, NodeRef, Sleeper, WaitList, Waited, Wakeups, DONE};
+use super::queue::{sem_bit, sem_mask, NodeRef, Sleeper, WaitList, Waited, Wakeups, DONE};
 use super::state::SetShared;
 use super::{SemBuf, SEM_UNDO};
 use crate::prefetch;
@@ -340,7 +340,7 @@ impl SetShared {
         if !self.global_alter_is_empty(held) {
             let mask = match changed {
                 Changed::Ops(sops) => sem_mask(sops),
-                Changed::One(num) => sem_mask(&[SemBuf::new(num as u16, 0, 0)]),
+                Changed::One(num) => sem_bit(num),
                 Changed::All => u64::MAX,
             };
             set_otime |= self.update_queue(held, None, mask, wakeups);

@@ -261,7 +261,13 @@ pub(super) fn poll_within<T>(
 /// exact for sets of up to 64 semaphores, a superset beyond, so that two
 /// masks that do not intersect name no semaphore in common.
 pub(super) fn sem_mask(sops: &[SemBuf]) -> u64 {
-    sops.iter().fold(0, |mask, s| mask | 1 << (s.num % 64))
+    sops.iter()
+        .fold(0, |mask, s| mask | sem_bit(usize::from(s.num)))
+}
+
+/// Semaphore `num`'s bit in a [`sem_mask`].
+pub(super) fn sem_bit(num: usize) -> u64 {
+    1 << (num % 64)
 }
 
 // The fields a waker reads share one line.
