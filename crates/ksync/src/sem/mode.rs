@@ -764,6 +764,17 @@ mod tests {
         assert!(matches!(set.lock_one(1), Held::Sems(_)));
     }
 
+    /// Puts the set in global mode, kept there as if by a complex sleeper,
+    /// or (`false`) lets it leave: the global unlock decides, as it does
+    /// for real sleepers.
+    fn set_global_mode(set: &SetShared, on: bool) {
+        set.global
+            .complex_count
+            .store(u32::from(on), Ordering::Relaxed);
+        let held = set.lock_global();
+        set.unlock(held);
+    }
+
     /// The polls counted on semaphore `num`.
     fn polls(set: &SetShared, num: usize) -> u64 {
         set.sems[num].counters.outside.polls.load(Ordering::Relaxed)
@@ -878,13 +889,9 @@ mod tests {
         set.with_sem_lists(&held, 1, |l| l.alter.clear());
         set.unlock(held);
         // In global mode it queues at once as well.
-        set.global.complex_count.store(1, Ordering::Relaxed);
-        let held = set.lock_global();
-        set.unlock(held);
+        set_global_mode(set, true);
         assert_eq!(set.poll_quiet(&take, None, spin_budget()), Polled::Queue);
-        set.global.complex_count.store(0, Ordering::Relaxed);
-        let held = set.lock_global();
-        set.unlock(held);
+        set_global_mode(set, false);
     }
 
     #[test]
@@ -934,10 +941,7 @@ mod tests {
     fn only_a_lock_found_taken_counts_a_lock_wait() {
         let set = SemSet::new(2).unwrap();
         let shared = set.shared();
-        // Global mode, kept by a complex sleeper.
-        shared.global.complex_count.store(1, Ordering::Relaxed);
-        let held = shared.lock_global();
-        shared.unlock(held);
+        set_global_mode(shared, true);
         let before = set.counters().lock_waits;
         // Sent from the word to the global lock, which is free: no wait.
         let held = shared.lock_one(0);
@@ -956,9 +960,7 @@ mod tests {
             shared.unlock(held);
             locker.join().unwrap();
         });
-        shared.global.complex_count.store(0, Ordering::Relaxed);
-        let held = shared.lock_global();
-        shared.unlock(held);
+        set_global_mode(shared, false);
     }
 
     #[test]
