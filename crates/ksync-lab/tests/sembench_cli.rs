@@ -243,6 +243,10 @@ fn workers_in_child_processes_on_the_process_shared_backends() {
             r["metrics"]["worker_burns"].as_f64().map(|b| b > 0.0),
             Some(true)
         );
+        // Each process counts its own calls: the parent's alone would
+        // pass for the run's.
+        assert!(r["metrics"].get("sleeps_per_burn").is_none(), "{r}");
+        assert!(r["metrics"].get("attempts_per_burn").is_none(), "{r}");
     }
     // Every set the run made is gone with it.
     let left: Vec<_> = std::fs::read_dir(&dir)

@@ -60,6 +60,9 @@ pub(crate) trait Owners {
     fn nap(&self, word: &AtomicU32, expected: u32) -> Wake;
     /// Wakes one napping waiter.
     fn wake_one(&self, word: &AtomicU32);
+    /// Told once per acquisition that found the lock taken, before it
+    /// waits: for counting.
+    fn found_taken(&self) {}
     /// Takes the lock over from `owner` if it is dead; `take` is the
     /// compare-and-swap that does it. An owner whose death cannot change
     /// between the answer and `take` (a dead process stays dead) needs only
@@ -146,6 +149,7 @@ pub(crate) fn lock(word: &AtomicU32, owner: u32, owners: &impl Owners) -> Taken 
     {
         return Taken::Clean;
     }
+    owners.found_taken();
     #[cfg_attr(loom, allow(clippy::reversed_empty_ranges))]
     for _ in 0..SPINS {
         core::hint::spin_loop();

@@ -7,7 +7,7 @@
 //! run leaves no set file behind. `SharedSemSet` itself never removes its
 //! set on drop (other processes may still use it), hence the wrapper.
 
-use super::{ksync_failed, SemBackend, SemError};
+use super::{ksync_failed, SemBackend, SemError, SetCounters, WaitEvents};
 use ksync::sem::shared::NSLEEP;
 use ksync::sem::{SemBuf, SharedSemSet, IPC_CREAT, IPC_NOWAIT, IPC_PRIVATE};
 
@@ -80,6 +80,28 @@ impl SemBackend for KsyncShared {
         self.set
             .set_all(values)
             .map_err(|e| format!("set_all: {e}"))
+    }
+
+    /// This process's share: with workers in other processes, theirs are
+    /// missing (`SharedSemSet::counters`).
+    fn counters(&self) -> Option<SetCounters> {
+        let c = self.set.counters();
+        Some(SetCounters {
+            attempts: c.attempts,
+            visited: c.visited,
+            wakeups: c.wakeups,
+            futex_wakes: c.futex_wakes,
+        })
+    }
+
+    fn wait_events(&self) -> Option<WaitEvents> {
+        let c = self.set.counters();
+        Some(WaitEvents {
+            sleeps: c.parks,
+            wake_calls: c.wake_calls,
+            lock_waits: c.lock_waits,
+            polls: c.polls,
+        })
     }
 }
 

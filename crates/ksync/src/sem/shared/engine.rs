@@ -16,6 +16,7 @@ use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
 use super::procs::{registry, Me};
 use crate::futex_batch::{wake_all_in, Scope};
+use crate::sem::counters::Counters;
 use crate::sem::stamp::{current_pid, now_secs};
 use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX};
 use crate::sync::{AtomicU32, Ordering};
@@ -143,6 +144,7 @@ impl<'a> Locked<'a> {
         }
         let mut eval = std::mem::take(&mut self.eval);
         evaluate_into(self.map, sops, self.me.slot, &mut eval);
+        Counters::bump(&self.map.counters.attempts, 1);
         let outcome = eval.outcome;
         if outcome == Outcome::Done {
             let mut tx = Tx::begin(self.map);
@@ -316,8 +318,10 @@ impl<'a> Locked<'a> {
         let mut eval = Eval::default();
         let mut i = 0;
         let (mut passed, mut passed_zero) = (false, false);
+        let counters = &self.map.counters;
         while i < queue.len() {
             let slot = queue[i];
+            Counters::bump(&counters.visited, 1);
             if self.read_sleeper_ops(slot, &mut ops).is_err() {
                 i += 1;
                 continue;
@@ -334,6 +338,7 @@ impl<'a> Locked<'a> {
                 continue;
             }
             evaluate_into(self.map, &ops, owner, &mut eval);
+            Counters::bump(&counters.attempts, 1);
             let mut tx = Tx::begin(self.map);
             let restart = match eval.outcome {
                 Outcome::Blocked(at) => {
@@ -661,6 +666,10 @@ impl Drop for Locked<'_> {
                 .word(layout.sleeper(slot, sleeper::STATUS))
                 .store(READY, Ordering::Release);
         }
+        // Counted under the lock: only its holder writes these.
+        let counters = &self.map.counters;
+        Counters::bump(&counters.wakeups, self.woken.len() as u64);
+        Counters::bump(&counters.futex_wakes, self.woken.len() as u64);
         unlock(self.map, self.me);
         if !self.woken.is_empty() {
             // All of them with one io_uring_enter where the kernel allows
@@ -674,7 +683,8 @@ impl Drop for Locked<'_> {
                 })
                 .collect();
             // SAFETY: words of our live mapping, which sleepers wait on.
-            unsafe { wake_all_in(Scope::Shared, &words) };
+            let calls = unsafe { wake_all_in(Scope::Shared, &words) };
+            Counters::add(&counters.outside.wake_calls, calls as u64);
         }
         return_scratch(Scratch {
             touched: std::mem::take(&mut self.touched),

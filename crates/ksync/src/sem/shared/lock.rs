@@ -16,6 +16,7 @@ use super::layout::{header, proc_slot, split_owner, NPROC};
 use super::map::Mapping;
 use super::procs::{is_alive, Me};
 use crate::futex::{wait_shared, wake_shared, Wake};
+use crate::sem::counters::Counters;
 use crate::sem::owner_lock::{self, LocalLockers, Owners};
 use crate::sync::AtomicU32;
 
@@ -54,6 +55,10 @@ impl Owners for Processes<'_> {
 
     fn wake_one(&self, word: &AtomicU32) {
         wake_shared(word, 1);
+    }
+
+    fn found_taken(&self) {
+        Counters::add(&self.map.counters.outside.lock_waits, 1);
     }
 
     /// A word naming this incarnation of this process is taken over only

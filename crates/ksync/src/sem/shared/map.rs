@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 
 use super::layout::{header, sem_word, Layout, MAGIC, VERSION};
 use super::sigbus;
+use crate::sem::counters::Counters;
 use crate::sem::{SemError, SEMMSL};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -27,6 +28,10 @@ pub(super) struct Mapping {
     /// Held by the thread of this process that claims its slot, so that
     /// the others wait for the claim instead of claiming a second slot.
     pub(super) claiming: std::sync::Mutex<()>,
+    /// What this process's calls on the set did (`SharedSemSet::counters`):
+    /// kept here, not in the file, so that counting costs the other
+    /// processes nothing.
+    pub(super) counters: Counters,
     /// The mapping's slot in the `SIGBUS` handler's table (`sigbus.rs`).
     guard: Option<usize>,
 }
@@ -108,6 +113,7 @@ impl Mapping {
             fd,
             lockers_here: AtomicU32::new(0),
             claiming: std::sync::Mutex::new(()),
+            counters: Counters::default(),
             guard: None,
         })
     }

@@ -16,10 +16,11 @@ use super::layout::{
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use crate::futex::wait_shared;
+use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
 use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look, Polled};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
-use crate::sem::{SemBuf, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use crate::sem::{SemBuf, SemCounters, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 
 /// `semget` key for a set no other call can find by key.
@@ -438,7 +439,7 @@ impl SharedSemSet {
             return Polled::Queue;
         }
         let word = self.map.word(self.map.layout.sem(usize::from(sop.num)));
-        poll_before_queueing(deadline, || {
+        let polled = poll_before_queueing(deadline, || {
             let w = word.load(Ordering::Relaxed);
             if w & sem_word::SLEEPERS != 0 || self.is_removed() {
                 return Look::Queue;
@@ -454,8 +455,8 @@ impl SharedSemSet {
             } else {
                 Look::Again
             }
-        })
-        .0
+        });
+        self.count_polls(polled)
     }
 
     /// Polls the words of a call of several operations the locked path
@@ -473,7 +474,7 @@ impl SharedSemSet {
     /// (`SetShared::poll_quiet`). Its caller, the locked path, has checked
     /// the caller's rights and that it may write the set.
     fn poll_values(&self, sops: &[SemBuf], deadline: Option<Instant>) -> Polled<()> {
-        poll_before_queueing(deadline, || {
+        let polled = poll_before_queueing(deadline, || {
             if self.is_removed() {
                 return Look::Queue;
             }
@@ -494,8 +495,15 @@ impl SharedSemSet {
             } else {
                 Look::Done(())
             }
-        })
-        .0
+        });
+        self.count_polls(polled)
+    }
+
+    /// Counts a poll's looks (`SharedSemSet::counters`) and passes on how
+    /// it ended.
+    fn count_polls<T>(&self, (polled, polls): (Polled<T>, u32)) -> Polled<T> {
+        Counters::add(&self.map.counters.outside.polls, u64::from(polls));
+        polled
     }
 
     /// `result`, unless the set's file was truncated under this process's
@@ -645,16 +653,19 @@ impl SharedSemSet {
         // another CPU often decides the call sooner than a sleep and a
         // wake-up would take.
         let spins = if polled { 0 } else { spin_budget() };
-        for _ in 0..spins {
+        let counters = &self.map.counters.outside;
+        for spin in 0..spins {
             // Pairs with the release store in `Locked`'s drop.
             if status.load(Ordering::Acquire) == READY {
                 learn(spins, true);
+                Counters::add(&counters.polls, u64::from(spin + 1));
                 return self.collect(slot);
             }
             core::hint::spin_loop();
         }
         if spins > 0 {
             learn(spins, false);
+            Counters::add(&counters.polls, u64::from(spins));
         }
         loop {
             // Pairs with the release store in `Locked`'s drop.
@@ -680,6 +691,7 @@ impl SharedSemSet {
                 Some(d) => (d - now).min(SLEEPER_POLL),
                 None => SLEEPER_POLL,
             };
+            Counters::add(&counters.parks, 1);
             let wake = wait_shared(status, super::layout::WAITING, nap);
             if wake == crate::futex::Wake::Interrupted {
                 // The kernel's semop is never restarted after a signal
@@ -864,6 +876,32 @@ impl SharedSemSet {
             rollbacks: self.map.load(header::ROLLBACKS),
             reaped: self.map.load(header::REAPED),
         }
+    }
+
+    /// What this process's calls on the set did since it mapped the set
+    /// (other processes count their own): the same counts as
+    /// [`SemSet::counters`](crate::sem::SemSet::counters). `lock_waits`
+    /// counts acquisitions of the set's lock that found it taken;
+    /// `futex_wakes` equals `wakeups`, since a waker wakes the word of every
+    /// sleeper it completed, asleep or still polling.
+    ///
+    /// ```
+    /// use ksync::sem::{SemBuf, SharedSemSet, IPC_CREAT, IPC_PRIVATE};
+    /// # let dir = std::env::temp_dir().join(format!("ksync-doc-n-{}", std::process::id()));
+    /// # std::env::set_var("KSYNC_SEM_DIR", &dir);
+    ///
+    /// let set = SharedSemSet::open(IPC_PRIVATE, 1, IPC_CREAT | 0o600)?;
+    /// set.semop(&[SemBuf::new(0, 1, 0)])?; // lock-free: nothing to count
+    /// set.semop(&[SemBuf::new(0, -1, 0), SemBuf::new(0, 1, 0)])?; // under the lock
+    /// assert_eq!(set.counters().attempts, 1);
+    /// set.remove()?;
+    /// # let _ = std::fs::remove_dir(&dir);
+    /// # Ok::<(), ksync::sem::SemError>(())
+    /// ```
+    pub fn counters(&self) -> SemCounters {
+        let mut sum = SemCounters::default();
+        self.map.counters.add_to(&mut sum);
+        sum
     }
 
     /// `IPC_SET`: new owner, group and mode (low nine bits), by the owner,
@@ -1104,6 +1142,47 @@ mod tests {
             .unwrap();
         assert_eq!(set.get_all(), Ok(vec![0, 2, 4]));
         set.remove().unwrap();
+    }
+
+    #[test]
+    fn the_counters_count_a_wait_for_the_lock_and_a_wake_up() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        let before = set.counters();
+        std::thread::scope(|s| {
+            // Held here, the lock makes the sleeper's call wait for it.
+            let held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
+            let sleeper = s.spawn(|| set.semop(&[SemBuf::new(0, -1, 0)]));
+            // The count comes first; WAITERS, after the waiter's spins, ends
+            // the wait for a build that does not count.
+            while set.map.load(header::LOCK) & owner_lock_waiters() == 0
+                && set.counters().lock_waits == before.lock_waits
+            {
+                std::thread::yield_now();
+            }
+            drop(held);
+            while set.ncnt(0) != Ok(1) {
+                std::thread::yield_now();
+            }
+            // SLEEPERS sends the post through the lock, which completes the sleeper.
+            set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+            sleeper.join().unwrap().unwrap();
+        });
+        let after = set.counters();
+        // The sleeper's wait, and any between its call and `ncnt`'s.
+        assert!(after.lock_waits - before.lock_waits >= 1);
+        assert_eq!(after.wakeups - before.wakeups, 1);
+        assert_eq!(after.futex_wakes - before.futex_wakes, 1);
+        assert_eq!(after.wake_calls - before.wake_calls, 1);
+        // The sleeper's blocked try (twice if a search for dead processes
+        // came due: `reap_if_due`), the post's, and its retry of the sleeper.
+        assert!((3..=4).contains(&(after.attempts - before.attempts)));
+        assert_eq!(after.visited - before.visited, 1);
+        set.remove().unwrap();
+    }
+
+    fn owner_lock_waiters() -> u32 {
+        crate::sem::owner_lock::WAITERS
     }
 
     #[test]
