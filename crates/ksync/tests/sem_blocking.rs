@@ -668,6 +668,37 @@ fn rescan_after_a_decrement_enables_a_skipped_sleeper() {
     );
 }
 
+/// A zero-waiter passed over because the post did not touch its semaphore
+/// is served in the same call when a completion it enabled brings that
+/// semaphore to zero: Z waits for sem 1 to be 0 (it is 1), C takes sem 0
+/// and sem 1; a post on sem 0 completes C, and with it Z, before it returns.
+/// (The shared sets pass over Z on the summary in their queue index, which
+/// must remember that Z waits for zero.)
+#[test]
+fn a_zero_waiter_passed_over_is_served_when_a_completion_zeroes_its_semaphore() {
+    fn case<S: Sems>(s: &S, _u: &SemUndo) {
+        let n = S::NAME;
+        s.setval(1, 1).unwrap();
+        thread::scope(|sc| {
+            let _rm = RmOnPanic(s);
+            let z = sc.spawn(|| s.op(&[sb(1, 0, 0)], None));
+            wait_zcnt(s, 1, 1);
+            let c = sc.spawn(|| s.op(&[sb(0, -1, 0), sb(1, -1, 0)], None));
+            wait_ncnt(s, 0, 1);
+            s.op(&[sb(0, 1, 0)], None).unwrap();
+            assert_eq!((s.ncnt(0), s.zcnt(1)), (Ok(0), Ok(0)), "{n}");
+            assert_eq!(finish("c", c), Ok(()), "{n}");
+            assert_eq!(finish("z", z), Ok(()), "{n}");
+            assert_eq!(s.all(), Ok(vec![0, 0]), "{n}");
+        });
+    }
+    on_both!(
+        "sem_blocking::a_zero_waiter_passed_over_is_served_when_a_completion_zeroes_its_semaphore",
+        2,
+        case
+    );
+}
+
 /// A sleeper that times out must not take the other sleepers of its
 /// semaphore off the wakers' radar: the remaining one is still woken by a
 /// plain single increment / decrement (ksync: the lock-free path must see

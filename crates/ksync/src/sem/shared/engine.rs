@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::eval::{adjustment, adjustment_word, evaluate_into, value, Eval, Outcome};
 use super::journal::{roll_back, Tx};
 use super::layout::{
-    header, proc_slot, sem_word, sleeper, split_owner, NPROC, NSLEEP, READY, SLEEPER_DONE,
+    header, proc_slot, sem_word, sleeper, split_owner, summary, NPROC, NSLEEP, READY, SLEEPER_DONE,
     SLEEPER_FREE, SLEEPER_QUEUED, SLOT_FREE, SLOT_LIVE,
 };
 use super::lock::{lock, unlock, Taken};
@@ -32,6 +32,21 @@ pub(super) struct Locked<'a> {
     woken: Vec<usize>,
     /// The evaluation of the caller's own operations.
     eval: Eval,
+    /// What a walk of the queue works in.
+    walk: Walk,
+}
+
+/// The buffers of a walk of the queue ([`Locked::update_queue_for`]).
+#[derive(Default)]
+struct Walk {
+    /// The queue's slots, in order.
+    queue: Vec<usize>,
+    /// The operations of the sleeper looked at.
+    ops: Vec<SemBuf>,
+    /// The semaphores changed so far.
+    changed: Changed,
+    /// The evaluation of the sleeper looked at.
+    eval: Eval,
 }
 
 /// The buffers a [`Locked`] works in, kept per thread between calls: a call
@@ -42,6 +57,7 @@ struct Scratch {
     touched: Vec<usize>,
     woken: Vec<usize>,
     eval: Eval,
+    walk: Walk,
 }
 
 std::thread_local! {
@@ -82,6 +98,7 @@ impl<'a> Locked<'a> {
             touched,
             woken,
             eval,
+            walk,
         } = take_scratch();
         let mut held = Locked {
             map,
@@ -89,6 +106,7 @@ impl<'a> Locked<'a> {
             touched,
             woken,
             eval,
+            walk,
         };
         // A journal left open by a live holder means a corrupt file: the
         // last holder committed or died, and a takeover rolls back. Either
@@ -151,9 +169,8 @@ impl<'a> Locked<'a> {
             self.apply(&mut tx, &eval, self.me.slot, current_pid() as u32);
             tx.commit();
             touch_otime(self.map);
-            if sops.iter().any(|s| s.op != 0) && self.map.load(header::QUEUE_HEAD) != 0 {
-                let nums: Vec<usize> = sops.iter().map(|s| usize::from(s.num)).collect();
-                self.update_queue(Some(&nums));
+            if sops.iter().any(|s| s.op != 0) {
+                self.update_queue_for(sops.iter().map(|s| usize::from(s.num)));
             }
         }
         self.eval = eval;
@@ -184,15 +201,18 @@ impl<'a> Locked<'a> {
         self.map
             .word(at(sleeper::STATUS))
             .store(super::layout::WAITING, Ordering::Relaxed);
+        self.map
+            .word(layout.summary(slot))
+            .store(summary::of(sops), Ordering::Relaxed);
         let mut tx = Tx::begin(self.map);
         tx.write(at(sleeper::NSOPS), sops.len() as u32);
         tx.write(at(sleeper::BLOCKING), blocking as u32);
         tx.write(at(sleeper::OWNER), self.me.owner());
         tx.write(at(sleeper::RESULT), 0);
-        tx.write(at(sleeper::NEXT), 0);
+        tx.write(layout.link(slot), 0);
         match tail {
             0 => tx.write(header::QUEUE_HEAD, slot as u32 + 1),
-            tail => tx.write(layout.sleeper(tail - 1, sleeper::NEXT), slot as u32 + 1),
+            tail => tx.write(layout.link(tail - 1), slot as u32 + 1),
         }
         tx.write(header::QUEUE_TAIL, slot as u32 + 1);
         for sop in sops {
@@ -249,17 +269,22 @@ impl<'a> Locked<'a> {
     /// no more entries than slots (a cycle in a corrupt file ends here).
     fn queue(&self) -> Result<Vec<usize>, SemError> {
         let mut out = Vec::new();
+        self.queue_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// [`queue`](Self::queue) into a buffer the caller reuses.
+    fn queue_into(&self, out: &mut Vec<usize>) -> Result<(), SemError> {
+        out.clear();
         let mut next = self.map.load(header::QUEUE_HEAD) as usize;
         while next != 0 {
             if next > NSLEEP || out.len() == NSLEEP {
                 return Err(SemError::Invalid);
             }
             out.push(next - 1);
-            next = self
-                .map
-                .load(self.layout().sleeper(next - 1, sleeper::NEXT)) as usize;
+            next = self.map.load(self.layout().link(next - 1)) as usize;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Takes `slot` out of the queue and marks it done with `result`, in `tx`.
@@ -273,10 +298,10 @@ impl<'a> Locked<'a> {
     ) {
         let layout = *self.layout();
         let pos = queue.iter().position(|&s| s == slot);
-        let next = self.map.load(layout.sleeper(slot, sleeper::NEXT));
+        let next = self.map.load(layout.link(slot));
         match pos {
             Some(0) | None => tx.write(header::QUEUE_HEAD, next),
-            Some(p) => tx.write(layout.sleeper(queue[p - 1], sleeper::NEXT), next),
+            Some(p) => tx.write(layout.link(queue[p - 1]), next),
         }
         if self.map.load(header::QUEUE_TAIL) as usize == slot + 1 {
             let prev = pos
@@ -297,47 +322,77 @@ impl<'a> Locked<'a> {
     /// Completes every queued sleeper whose operations can now be performed
     /// (or now fail), in queue order, the waker performing each for its
     /// sleeper (Chen, 2003). Only sleepers that name a semaphore in
-    /// `changed` (`None`: any) are evaluated, and each completion adds its
-    /// own semaphores; the rest cannot have become runnable (Spraul, 2010:
-    /// look only at the sleepers of what changed). The walk goes back to the
-    /// head only when a completion could have enabled a sleeper it already
-    /// passed: an increment, when one was passed, or a value brought to
-    /// zero, when a passed sleeper waits for zero.
-    pub(super) fn update_queue(&mut self, changed: Option<&[usize]>) {
+    /// `changed` are evaluated, and each completion adds its own semaphores;
+    /// the rest cannot have become runnable (Spraul, 2010: look only at the
+    /// sleepers of what changed). The walk goes back to the head only when a
+    /// completion could have enabled a sleeper it already passed: an
+    /// increment, when one was passed, or a value brought to zero, when a
+    /// passed sleeper waits for zero.
+    pub(super) fn update_queue_for(&mut self, changed: impl IntoIterator<Item = usize>) {
+        self.walk_queue(false, changed);
+    }
+
+    /// [`update_queue_for`](Self::update_queue_for) every semaphore: after a
+    /// recovery, when anything may have changed.
+    pub(super) fn update_queue_all(&mut self) {
+        self.walk_queue(true, []);
+    }
+
+    fn walk_queue(&mut self, all: bool, changed: impl IntoIterator<Item = usize>) {
         if self.map.load(header::QUEUE_HEAD) == 0 {
             return;
         }
-        let Ok(mut queue) = self.queue() else { return };
-        let nsems = self.layout().nsems;
-        let mut dirty = vec![changed.is_none() as u64 * u64::MAX; nsems.div_ceil(64)];
-        let mark = |dirty: &mut Vec<u64>, num: usize| dirty[num / 64] |= 1 << (num % 64);
-        for &num in changed.unwrap_or(&[]) {
-            mark(&mut dirty, num);
+        // The buffers are the thread's, kept between calls: a post that
+        // completes sleepers would otherwise allocate four of them.
+        let mut walk = std::mem::take(&mut self.walk);
+        if self.queue_into(&mut walk.queue).is_ok() {
+            walk.changed.reset(self.layout().nsems, all);
+            for num in changed {
+                walk.changed.mark(num);
+            }
+            self.complete_enabled(&mut walk);
         }
-        let mut ops = Vec::new();
-        let mut eval = Eval::default();
+        self.walk = walk;
+    }
+
+    /// The walk of [`walk_queue`](Self::walk_queue) over `walk.queue`, with
+    /// the semaphores changed so far in `walk.changed`.
+    fn complete_enabled(&mut self, walk: &mut Walk) {
+        let Walk {
+            queue,
+            ops,
+            changed,
+            eval,
+        } = walk;
+        let counters = &self.map.counters;
         let mut i = 0;
         let (mut passed, mut passed_zero) = (false, false);
-        let counters = &self.map.counters;
         while i < queue.len() {
             let slot = queue[i];
             Counters::bump(&counters.visited, 1);
-            if self.read_sleeper_ops(slot, &mut ops).is_err() {
+            // Passed over on its summary alone when it names none of the
+            // changed semaphores: its slot is not read.
+            let summary = self.map.load(self.layout().summary(slot));
+            if !changed.may_concern(summary) {
+                passed = true;
+                passed_zero |= summary & summary::ZERO != 0;
+                i += 1;
+                continue;
+            }
+            if self.read_sleeper_ops(slot, ops).is_err() {
                 i += 1;
                 continue;
             }
             let (owner, _) =
                 split_owner(self.map.load(self.layout().sleeper(slot, sleeper::OWNER)));
-            let touched = ops
-                .iter()
-                .any(|s| dirty[usize::from(s.num) / 64] & (1 << (s.num % 64)) != 0);
+            let touched = ops.iter().any(|s| changed.has(usize::from(s.num)));
             if owner >= NPROC || !touched {
                 passed = true;
                 passed_zero |= ops.iter().any(|s| s.op == 0);
                 i += 1;
                 continue;
             }
-            evaluate_into(self.map, &ops, owner, &mut eval);
+            evaluate_into(self.map, ops, owner, eval);
             Counters::bump(&counters.attempts, 1);
             let mut tx = Tx::begin(self.map);
             let restart = match eval.outcome {
@@ -350,18 +405,18 @@ impl<'a> Locked<'a> {
                     continue;
                 }
                 Outcome::Failed(e) => {
-                    self.finish_sleeper(&mut tx, &queue, slot, &ops, e.errno() as u32);
+                    self.finish_sleeper(&mut tx, queue, slot, ops, e.errno() as u32);
                     tx.commit();
                     false
                 }
                 Outcome::Done => {
                     let pid = self.map.load(self.layout().proc(owner, proc_slot::PID));
-                    self.apply(&mut tx, &eval, owner, pid);
-                    self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+                    self.apply(&mut tx, eval, owner, pid);
+                    self.finish_sleeper(&mut tx, queue, slot, ops, 0);
                     tx.commit();
                     touch_otime(self.map);
                     for sop in ops.iter().filter(|s| s.op != 0) {
-                        mark(&mut dirty, usize::from(sop.num));
+                        changed.mark(usize::from(sop.num));
                     }
                     (passed && ops.iter().any(|s| s.op > 0))
                         || (passed_zero && eval.values.iter().any(|&(_, v)| v == 0))
@@ -434,8 +489,7 @@ impl<'a> Locked<'a> {
         }
         tx.write(header::CTIME, now_secs() as u32);
         tx.commit();
-        let nums: Vec<usize> = values.iter().map(|&(num, _)| num).collect();
-        self.update_queue(Some(&nums));
+        self.update_queue_for(values.iter().map(|&(num, _)| num));
     }
 
     /// `IPC_SET`'s change of owner and mode; handles recompute their rights.
@@ -494,7 +548,7 @@ impl<'a> Locked<'a> {
             .word(header::LAST_REAP)
             .store(coarse_ms(), Ordering::Relaxed);
         if found {
-            self.update_queue(None);
+            self.update_queue_all();
         }
         found
     }
@@ -524,7 +578,7 @@ impl<'a> Locked<'a> {
         if self.removed() {
             self.fail_all()?;
         }
-        self.update_queue(None);
+        self.update_queue_all();
         let layout = *self.layout();
         for slot in 0..NSLEEP {
             // Under the lock, a live waker has published what it committed.
@@ -690,7 +744,47 @@ impl Drop for Locked<'_> {
             touched: std::mem::take(&mut self.touched),
             woken: std::mem::take(&mut self.woken),
             eval: std::mem::take(&mut self.eval),
+            walk: std::mem::take(&mut self.walk),
         });
+    }
+}
+
+/// The semaphores a walk of the queue has seen change: one bit each, and
+/// folded the way a [`summary`] masks several operations' semaphores.
+#[derive(Default)]
+struct Changed {
+    bits: Vec<u64>,
+    folded: u32,
+}
+
+impl Changed {
+    /// None of `nsems` semaphores changed, or all of them.
+    fn reset(&mut self, nsems: usize, all: bool) {
+        self.bits.clear();
+        self.bits.resize(nsems.div_ceil(64), all as u64 * u64::MAX);
+        self.folded = if all { u32::MAX } else { 0 };
+    }
+
+    fn mark(&mut self, num: usize) {
+        self.bits[num / 64] |= 1 << (num % 64);
+        self.folded |= 1 << (num % summary::MASK_BITS);
+    }
+
+    /// Whether `num` changed; a number beyond the set did not.
+    fn has(&self, num: usize) -> bool {
+        self.bits
+            .get(num / 64)
+            .is_some_and(|b| b & (1 << (num % 64)) != 0)
+    }
+
+    /// Whether a sleeper with `summary` may name a changed semaphore: exact
+    /// for one operation, a superset for several.
+    fn may_concern(&self, summary: u32) -> bool {
+        if summary & summary::MANY != 0 {
+            summary & self.folded & ((1 << summary::MASK_BITS) - 1) != 0
+        } else {
+            self.has((summary & summary::NUM) as usize)
+        }
     }
 }
 

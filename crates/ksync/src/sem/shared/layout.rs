@@ -8,7 +8,10 @@ use super::super::{SEMMSL, SEMOPM};
 /// "KSEM": the first word of every set file.
 pub(super) const MAGIC: u32 = 0x4b53_454d;
 /// The layout's version; a file of another version is refused (`EINVAL`).
-pub(super) const VERSION: u32 = 1;
+/// Version 2 moved the queue's links out of the sleeper slots into the
+/// dense [`queue index`](Layout::link), beside a [`summary`] of each
+/// sleeper's semaphores.
+pub(super) const VERSION: u32 = 2;
 
 /// Processes that may use one set at the same time (each holds a slot while
 /// it has undo adjustments, sleepers, or the set's lock).
@@ -104,12 +107,10 @@ pub(super) mod sleeper {
     pub(crate) const RESULT: usize = 2;
     /// The owning process, an [`owner_word`](super::owner_word).
     pub(crate) const OWNER: usize = 3;
-    /// The next sleeper in the queue, slot + 1 (0: last).
-    pub(crate) const NEXT: usize = 4;
-    pub(crate) const NSOPS: usize = 5;
+    pub(crate) const NSOPS: usize = 4;
     /// Index in the operation array of the operation that blocks
     /// (`GETNCNT` / `GETZCNT` count sleepers by it, as the kernel does).
-    pub(crate) const BLOCKING: usize = 6;
+    pub(crate) const BLOCKING: usize = 5;
     /// Operations follow, two words each: `num | (op as u16) << 16`, flags.
     pub(crate) const OPS: usize = 8;
 }
@@ -123,6 +124,41 @@ pub(super) const WAITING: u32 = 0;
 pub(super) const READY: u32 = 1;
 
 const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
+
+/// A queued sleeper's summary word in the queue index ([`Layout::summary`]):
+/// enough of its operations for a waker's walk of the queue to pass over a
+/// sleeper that a change cannot concern without reading its slot, 4 KiB
+/// away from the next one's. Written with the operations, before the
+/// sleeper is queued; a corrupt one can only make a walk pass over a
+/// sleeper, as a corrupt value could.
+pub(super) mod summary {
+    use crate::sem::SemBuf;
+
+    /// The sleeper has several operations: the low bits are a mask of their
+    /// semaphores, semaphore `n` on bit `n % MASK_BITS` (a superset). Without
+    /// it, the low 16 bits are the one operation's semaphore.
+    pub(crate) const MANY: u32 = 1 << 31;
+    /// One of its operations waits for zero.
+    pub(crate) const ZERO: u32 = 1 << 30;
+    /// Bits of a mask of several operations' semaphores.
+    pub(crate) const MASK_BITS: usize = 30;
+    pub(crate) const NUM: u32 = 0xffff;
+
+    /// The summary of `sops` (semaphore numbers below `SEMMSL`).
+    pub(crate) fn of(sops: &[SemBuf]) -> u32 {
+        let zero = if sops.iter().any(|s| s.op == 0) {
+            ZERO
+        } else {
+            0
+        };
+        match sops {
+            [one] => zero | u32::from(one.num),
+            many => many.iter().fold(MANY | zero, |summary, s| {
+                summary | 1 << (usize::from(s.num) % MASK_BITS)
+            }),
+        }
+    }
+}
 
 /// The word offsets of one set's arrays, computed from its size alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +176,8 @@ pub(super) struct Layout {
     pub(super) journal: usize,
     pub(super) journal_cap: usize,
     pub(super) procs: usize,
+    /// `NSLEEP` pairs: each sleeper slot's link and summary ([`Layout::link`]).
+    pub(super) index: usize,
     pub(super) sleepers: usize,
     pub(super) words: usize,
 }
@@ -158,7 +196,8 @@ impl Layout {
         // values, adjustments and waiter counts, and a few words of its slot.
         let journal_cap = (2 * nsems).max(3 * SEMOPM) + 64;
         let procs = journal + 2 * journal_cap;
-        let sleepers = procs + NPROC * Self::proc_words(nsems);
+        let index = procs + NPROC * Self::proc_words(nsems);
+        let sleepers = index + 2 * NSLEEP;
         let words = sleepers + NSLEEP * SLEEPER_WORDS;
         Layout {
             nsems,
@@ -169,6 +208,7 @@ impl Layout {
             journal,
             journal_cap,
             procs,
+            index,
             sleepers,
             words,
         }
@@ -208,6 +248,19 @@ impl Layout {
         self.proc(slot, proc_slot::ADJ + num)
     }
 
+    /// Sleeper slot `slot`'s link in the queue index: the next sleeper in
+    /// the queue, slot + 1 (0: last). Journalled. The links of the whole
+    /// queue share a few cache lines, so a walk of it misses once per eight
+    /// sleepers, not once per sleeper.
+    pub(super) fn link(&self, slot: usize) -> usize {
+        self.index + 2 * slot
+    }
+
+    /// Sleeper slot `slot`'s [`summary`], beside its link.
+    pub(super) fn summary(&self, slot: usize) -> usize {
+        self.index + 2 * slot + 1
+    }
+
     /// Word `field` of sleeper slot `slot`.
     pub(super) fn sleeper(&self, slot: usize, field: usize) -> usize {
         self.sleepers + slot * SLEEPER_WORDS + field
@@ -237,6 +290,7 @@ pub(super) fn split_owner(word: u32) -> (usize, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sem::SemBuf;
 
     #[test]
     fn arrays_do_not_overlap_and_the_largest_set_fits_in_u32_words() {
@@ -246,10 +300,22 @@ mod tests {
             assert!(l.sems < l.pids && l.pids < l.waiters && l.waiters < l.undo_gen);
             assert!(l.undo_gen + n <= l.journal);
             assert!(l.journal + 2 * l.journal_cap <= l.procs);
-            assert!(l.adj(NPROC - 1, n - 1) < l.sleepers);
+            assert!(l.adj(NPROC - 1, n - 1) < l.index);
+            assert!(l.summary(NSLEEP - 1) < l.sleepers);
             assert!(l.sleeper(NSLEEP - 1, sleeper::OPS + 2 * SEMOPM - 1) < l.words);
             assert!(l.words < u32::MAX as usize);
         }
+    }
+
+    #[test]
+    fn a_summary_names_one_semaphore_exactly_and_several_by_mask() {
+        let op = |num, op| SemBuf::new(num, op, 0);
+        assert_eq!(summary::of(&[op(31_999, -1)]), 31_999);
+        assert_eq!(summary::of(&[op(7, 0)]), summary::ZERO | 7);
+        assert_eq!(
+            summary::of(&[op(1, -1), op(31, 1), op(2, 0)]),
+            summary::MANY | summary::ZERO | 0b110
+        );
     }
 
     #[test]
