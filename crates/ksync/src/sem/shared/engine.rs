@@ -4,7 +4,9 @@
 //! that leaves the set in a state some sequence of whole calls could have
 //! produced.
 
+use std::cell::RefCell;
 use std::sync::Arc;
+use std::thread::LocalKey;
 
 use super::eval::{adjustment, adjustment_word, evaluate_into, value, Eval, Outcome};
 use super::journal::{roll_back, Tx};
@@ -32,8 +34,6 @@ pub(super) struct Locked<'a> {
     woken: Vec<usize>,
     /// The evaluation of the caller's own operations.
     eval: Eval,
-    /// What a walk of the queue works in.
-    walk: Walk,
 }
 
 /// The buffers of a walk of the queue ([`Locked::update_queue_for`]).
@@ -57,30 +57,28 @@ struct Scratch {
     touched: Vec<usize>,
     woken: Vec<usize>,
     eval: Eval,
-    walk: Walk,
 }
 
 std::thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// Apart from [`SCRATCH`]: a call that walks no queue does not move them.
+    static WALK: RefCell<Walk> = RefCell::new(Walk::default());
 }
 
-/// This thread's buffers, empty; fresh ones if they are in use (a call from
-/// a signal handler) or gone (the thread is exiting).
-fn take_scratch() -> Scratch {
-    SCRATCH
-        .try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).ok())
+/// This thread's buffers in `key`; fresh ones if they are in use (a call
+/// from a signal handler) or gone (the thread is exiting).
+fn take_buffers<T: Default>(key: &'static LocalKey<RefCell<T>>) -> T {
+    key.try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).ok())
         .ok()
         .flatten()
         .unwrap_or_default()
 }
 
-/// Gives the buffers back, emptied, keeping their capacity.
-fn return_scratch(mut scratch: Scratch) {
-    scratch.touched.clear();
-    scratch.woken.clear();
-    let _ = SCRATCH.try_with(|s| {
+/// Gives the buffers taken from `key` back, keeping their capacity.
+fn give_back<T>(key: &'static LocalKey<RefCell<T>>, buffers: T) {
+    let _ = key.try_with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
-            *s = scratch;
+            *s = buffers;
         }
     });
 }
@@ -98,15 +96,13 @@ impl<'a> Locked<'a> {
             touched,
             woken,
             eval,
-            walk,
-        } = take_scratch();
+        } = take_buffers(&SCRATCH);
         let mut held = Locked {
             map,
             me,
             touched,
             woken,
             eval,
-            walk,
         };
         // A journal left open by a live holder means a corrupt file: the
         // last holder committed or died, and a takeover rolls back. Either
@@ -344,7 +340,7 @@ impl<'a> Locked<'a> {
         }
         // The buffers are the thread's, kept between calls: a post that
         // completes sleepers would otherwise allocate four of them.
-        let mut walk = std::mem::take(&mut self.walk);
+        let mut walk = take_buffers(&WALK);
         if self.queue_into(&mut walk.queue).is_ok() {
             walk.changed.reset(self.layout().nsems, all);
             for num in changed {
@@ -352,7 +348,7 @@ impl<'a> Locked<'a> {
             }
             self.complete_enabled(&mut walk);
         }
-        self.walk = walk;
+        give_back(&WALK, walk);
     }
 
     /// The walk of [`walk_queue`](Self::walk_queue) over `walk.queue`, with
@@ -740,12 +736,14 @@ impl Drop for Locked<'_> {
             let calls = unsafe { wake_all_in(Scope::Shared, &words) };
             Counters::add(&counters.outside.wake_calls, calls as u64);
         }
-        return_scratch(Scratch {
+        self.touched.clear();
+        self.woken.clear();
+        let scratch = Scratch {
             touched: std::mem::take(&mut self.touched),
             woken: std::mem::take(&mut self.woken),
             eval: std::mem::take(&mut self.eval),
-            walk: std::mem::take(&mut self.walk),
-        });
+        };
+        give_back(&SCRATCH, scratch);
     }
 }
 
