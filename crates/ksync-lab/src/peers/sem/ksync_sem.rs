@@ -46,23 +46,11 @@ impl SemBackend for SemSet {
     }
 
     fn counters(&self) -> Option<SetCounters> {
-        let c = SemSet::counters(self);
-        Some(SetCounters {
-            attempts: c.attempts,
-            visited: c.visited,
-            wakeups: c.wakeups,
-            futex_wakes: c.futex_wakes,
-        })
+        Some(SemSet::counters(self).into())
     }
 
     fn wait_events(&self) -> Option<WaitEvents> {
-        let c = SemSet::counters(self);
-        Some(WaitEvents {
-            sleeps: c.parks,
-            wake_calls: c.wake_calls,
-            lock_waits: c.lock_waits,
-            polls: c.polls,
-        })
+        Some(SemSet::counters(self).into())
     }
 
     fn lock_stats(&self) -> Option<LockStatSnapshot> {

@@ -85,23 +85,11 @@ impl SemBackend for KsyncShared {
     /// This process's share: with workers in other processes, theirs are
     /// missing (`SharedSemSet::counters`).
     fn counters(&self) -> Option<SetCounters> {
-        let c = self.set.counters();
-        Some(SetCounters {
-            attempts: c.attempts,
-            visited: c.visited,
-            wakeups: c.wakeups,
-            futex_wakes: c.futex_wakes,
-        })
+        Some(self.set.counters().into())
     }
 
     fn wait_events(&self) -> Option<WaitEvents> {
-        let c = self.set.counters();
-        Some(WaitEvents {
-            sleeps: c.parks,
-            wake_calls: c.wake_calls,
-            lock_waits: c.lock_waits,
-            polls: c.polls,
-        })
+        Some(self.set.counters().into())
     }
 }
 

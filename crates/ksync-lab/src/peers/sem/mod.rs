@@ -237,6 +237,30 @@ pub struct WaitEvents {
     pub polls: u64,
 }
 
+/// The part of ksync's counters that says how much work the wakers did.
+impl From<ksync::sem::SemCounters> for SetCounters {
+    fn from(c: ksync::sem::SemCounters) -> SetCounters {
+        SetCounters {
+            attempts: c.attempts,
+            visited: c.visited,
+            wakeups: c.wakeups,
+            futex_wakes: c.futex_wakes,
+        }
+    }
+}
+
+/// The part of ksync's counters that says where the waits went.
+impl From<ksync::sem::SemCounters> for WaitEvents {
+    fn from(c: ksync::sem::SemCounters) -> WaitEvents {
+        WaitEvents {
+            sleeps: c.parks,
+            wake_calls: c.wake_calls,
+            lock_waits: c.lock_waits,
+            polls: c.polls,
+        }
+    }
+}
+
 impl WaitEvents {
     /// Each count with its name, as records key them (`{name}_per_burn`).
     pub fn named(&self) -> [(&'static str, u64); 4] {
