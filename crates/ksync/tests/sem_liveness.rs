@@ -23,10 +23,17 @@
 //!   that never fired: the controller makes every call runnable again and
 //!   again within milliseconds).
 //!
+//! A shared set heals a lost wake-up itself within 100 ms (a sleeper sweeps
+//! the set for what dead processes left), too soon for these verdicts, so
+//! its run also fails if the sweep ever found work a waker should have done
+//! (`RecoveryStats::swept`).
+//!
 //! Each run goes once with every thread on one CPU (sleepers really sleep,
-//! and lock holders get preempted) and once on all CPUs. Bounded to a couple
-//! of seconds each; `liveness_for_minutes` (ignored) runs for
-//! `KSYNC_LIVENESS_SECS` (default 120) alternating the two. Seeds are random
+//! and lock holders get preempted) and once on all CPUs, on a `SemSet` and
+//! on a process-shared set (whose undo adjustments belong to the process, so
+//! there dropping a context changes nothing). Bounded to a couple of seconds
+//! each; `liveness_for_minutes` (ignored) runs for `KSYNC_LIVENESS_SECS`
+//! (default 120) alternating the four. Seeds are random
 //! and printed; `KSYNC_STRESS_SEED=<u64>` reuses one (the threads'
 //! interleaving is the scheduler's, so a replay is not exact).
 #![cfg(not(loom))]
@@ -35,8 +42,10 @@ mod common;
 mod sem_common;
 
 use common::PATIENCE;
-use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
-use sem_common::{first_allowed_cpu, pin, stress_seed, Rng};
+use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
+use libc::{EAGAIN, EIDRM, ERANGE};
+use sem_common::{first_allowed_cpu, pin, stress_seed, Rng, Sems, SharedSet};
+use std::fmt::Debug;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -131,9 +140,13 @@ fn any_call(rng: &mut Rng) -> Vec<SemBuf> {
         .collect()
 }
 
+/// A set the run can use: `Sems`, shown in a dump, moved to the threads.
+trait Set: Sems + Debug + Send + 'static {}
+impl<S: Sems + Debug + Send + 'static> Set for S {}
+
 /// What the threads share.
-struct Shared {
-    set: SemSet,
+struct Shared<S> {
+    set: S,
     calls: Vec<Mutex<Option<Call>>>,
     /// Workers start no new call once this is set.
     stop: AtomicBool,
@@ -149,10 +162,10 @@ struct Shared {
     changes: AtomicU64,
 }
 
-impl Shared {
-    fn new() -> Shared {
+impl<S: Set> Shared<S> {
+    fn new(set: S) -> Shared<S> {
         Shared {
-            set: SemSet::new(NSEMS).unwrap(),
+            set,
             calls: (0..WORKERS).map(|_| Mutex::new(None)).collect(),
             stop: AtomicBool::new(false),
             controller_done: AtomicBool::new(false),
@@ -202,13 +215,13 @@ impl Shared {
                 }
             }
         }
-        let _ = writeln!(out, "  {:?}", self.set);
+        let _ = writeln!(out, "  {} {:?}", S::NAME, self.set);
         let _ = writeln!(out, "  {:?}", self.set.counters());
         out
     }
 }
 
-fn worker(shared: &Shared, w: usize, mut rng: Rng, cpu: Option<usize>) {
+fn worker<S: Set>(shared: &Shared<S>, w: usize, mut rng: Rng, cpu: Option<usize>) {
     if let Some(cpu) = cpu {
         pin(cpu);
     }
@@ -226,7 +239,7 @@ fn worker(shared: &Shared, w: usize, mut rng: Rng, cpu: Option<usize>) {
             timeout,
             since: Instant::now(),
         });
-        let result = shared.set.semop_undo(&sops, &undo, timeout);
+        let result = shared.set.op_undo(&sops, &undo, timeout);
         *shared.calls[w].lock().unwrap() = None;
         let nowait = sops.iter().any(|s| s.flags & IPC_NOWAIT != 0);
         shared.calls_made.fetch_add(1, Ordering::Relaxed);
@@ -234,16 +247,16 @@ fn worker(shared: &Shared, w: usize, mut rng: Rng, cpu: Option<usize>) {
             Ok(()) => {
                 shared.calls_done.fetch_add(1, Ordering::Relaxed);
             }
-            Err(SemError::Again) if timeout.is_some() => {
+            Err(EAGAIN) if timeout.is_some() => {
                 shared.calls_timed_out.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
         }
         match result {
-            Ok(()) | Err(SemError::Range) => {}
-            Err(SemError::Again) if timeout.is_some() || nowait => {}
+            Ok(()) | Err(ERANGE) => {}
+            Err(EAGAIN) if timeout.is_some() || nowait => {}
             // The set went away (the end of the run, or the watchdog).
-            Err(SemError::Removed) => return,
+            Err(EIDRM) => return,
             other => panic!("worker {w}: {sops:?} with timeout {timeout:?} returned {other:?}"),
         }
         if rng.percent(2) {
@@ -254,7 +267,7 @@ fn worker(shared: &Shared, w: usize, mut rng: Rng, cpu: Option<usize>) {
 }
 
 /// Changes the set beside the workers until `run` is over.
-fn controller(shared: &Shared, mut rng: Rng, run: Duration) {
+fn controller<S: Set>(shared: &Shared<S>, mut rng: Rng, run: Duration) {
     let mut undo = SemUndo::new();
     let small = |rng: &mut Rng| rng.below(4) as u16;
     let start = Instant::now();
@@ -267,15 +280,15 @@ fn controller(shared: &Shared, mut rng: Rng, run: Duration) {
                         SemBuf::new(num, rng.below(4) as i16 - 1, IPC_NOWAIT)
                     })
                     .collect();
-                shared.set.semop(&sops)
+                shared.set.op(&sops, None)
             }
             4..=6 => {
                 let values: Vec<u16> = (0..NSEMS).map(|_| small(&mut rng)).collect();
-                shared.set.set_all(&values)
+                shared.set.setall(&values)
             }
             7..=8 => {
                 let num = rng.below(NSEMS as u64) as usize;
-                shared.set.set_value(num, i32::from(small(&mut rng)))
+                shared.set.setval(num, i32::from(small(&mut rng)))
             }
             _ => {
                 if rng.percent(30) {
@@ -283,14 +296,14 @@ fn controller(shared: &Shared, mut rng: Rng, run: Duration) {
                 }
                 let num = rng.below(NSEMS as u64) as u16;
                 let op = SemBuf::new(num, rng.below(3) as i16 - 1, SEM_UNDO | IPC_NOWAIT);
-                shared.set.semop_undo(&[op], &undo, None)
+                shared.set.op_undo(&[op], &undo, None)
             }
         };
         match result {
-            Ok(()) | Err(SemError::Again | SemError::Range) => {}
+            Ok(()) | Err(EAGAIN | ERANGE) => {}
             // The watchdog removed the set.
-            Err(SemError::Removed) => return,
-            Err(e) => panic!("controller: {e:?}"),
+            Err(EIDRM) => return,
+            Err(e) => panic!("controller: errno {e}"),
         }
         shared.changes.fetch_add(1, Ordering::Relaxed);
         thread::sleep(Duration::from_micros(rng.below(300)));
@@ -306,12 +319,12 @@ struct Runnable {
     snapshots: u32,
 }
 
-fn watchdog(shared: &Shared, seed: u64, done: &AtomicBool) {
+fn watchdog<S: Set>(shared: &Shared<S>, seed: u64, done: &AtomicBool) {
     let mut runnable = [Runnable::default(); WORKERS];
     while !done.load(Ordering::Relaxed) {
         thread::sleep(SNAPSHOT_EVERY);
         let before: Vec<Option<Call>> = (0..WORKERS).map(|w| shared.call_of(w)).collect();
-        let Ok(values) = shared.set.get_all() else {
+        let Ok(values) = shared.set.all() else {
             return; // removed
         };
         let mut verdict = None;
@@ -357,22 +370,24 @@ fn watchdog(shared: &Shared, seed: u64, done: &AtomicBool) {
             *shared.failure.lock().unwrap() = Some(dump);
             shared.stop.store(true, Ordering::Relaxed);
             // Releases whoever can still be released, so the test can end.
-            let _ = shared.set.remove();
+            let _ = shared.set.rm();
             return;
         }
     }
 }
 
-/// One run: workers, the controller and the watchdog for `run`, then the
-/// set's removal. `one_cpu` pins every thread to the same CPU.
-fn run_once(test: &str, run: Duration, one_cpu: bool) {
+/// One run on `set`: workers, the controller and the watchdog for `run`,
+/// then the set's removal. `one_cpu` pins every thread to the same CPU.
+fn run_once<S: Set>(test: &str, set: S, run: Duration, one_cpu: bool) {
     // Posts share their wake-ups out among the woken in these runs (by
     // default only with 4 or more CPUs), so that a wake lost between a
     // poster and its helpers shows here on any machine.
     ksync::futex_batch::set_sharing(true);
     let seed = stress_seed(test);
     let cpu = one_cpu.then(first_allowed_cpu);
-    let shared = Arc::new(Shared::new());
+    let test = format!("{test}, {}", S::NAME);
+    let test = test.as_str();
+    let shared = Arc::new(Shared::new(set));
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
             let shared = Arc::clone(&shared);
@@ -398,7 +413,7 @@ fn run_once(test: &str, run: Duration, one_cpu: bool) {
     shared.stop.store(true, Ordering::Relaxed);
     // Removal returns every sleeper (EIDRM); the watchdog may have removed
     // the set already.
-    let _ = shared.set.remove();
+    let _ = shared.set.rm();
     let start = Instant::now();
     for (w, h) in workers.into_iter().enumerate() {
         while !h.is_finished() {
@@ -421,7 +436,10 @@ fn run_once(test: &str, run: Duration, one_cpu: bool) {
     if let Some(dump) = shared.failure.lock().unwrap().take() {
         panic!("{dump}");
     }
-    let c = shared.set.counters();
+    let c = shared
+        .set
+        .counters()
+        .expect("ksync's sets count their work");
     let count = |a: &AtomicU64| a.load(Ordering::Relaxed);
     eprintln!(
         "{test}: {} calls ({} completed, {} timed out), {} controller changes; \
@@ -439,16 +457,47 @@ fn run_once(test: &str, run: Duration, one_cpu: bool) {
         c.wakeups > 0,
         "the run completed no sleeper: it tested nothing"
     );
+    // A shared set's sweep (every 100 ms) completes what its wakers missed,
+    // well within STALL: what it had to do is counted instead.
+    let swept = shared.set.swept();
+    assert_eq!(
+        swept, 0,
+        "{test}: the sweep completed or woke {swept} sleepers that their wakers had not"
+    );
+}
+
+fn new_set() -> SemSet {
+    SemSet::new(NSEMS).unwrap()
 }
 
 #[test]
 fn no_sleeper_is_left_blocked_on_one_cpu() {
-    run_once("one CPU", Duration::from_secs(2), true);
+    run_once("one CPU", new_set(), Duration::from_secs(2), true);
 }
 
 #[test]
 fn no_sleeper_is_left_blocked_on_all_cpus() {
-    run_once("all CPUs", Duration::from_secs(2), false);
+    run_once("all CPUs", new_set(), Duration::from_secs(2), false);
+}
+
+#[test]
+fn no_sleeper_of_a_shared_set_is_left_blocked_on_one_cpu() {
+    run_once(
+        "one CPU",
+        SharedSet::create(NSEMS),
+        Duration::from_secs(2),
+        true,
+    );
+}
+
+#[test]
+fn no_sleeper_of_a_shared_set_is_left_blocked_on_all_cpus() {
+    run_once(
+        "all CPUs",
+        SharedSet::create(NSEMS),
+        Duration::from_secs(2),
+        false,
+    );
 }
 
 #[test]
@@ -461,11 +510,17 @@ fn liveness_for_minutes() {
     let start = Instant::now();
     let mut round = 0u32;
     while start.elapsed() < Duration::from_secs(secs) {
-        run_once(
-            &format!("round {round}"),
+        // One CPU and all of them, on each kind of set in turn.
+        let (test, run, one_cpu) = (
+            format!("round {round}"),
             Duration::from_secs(5),
             round.is_multiple_of(2),
         );
+        if round % 4 < 2 {
+            run_once(&test, new_set(), run, one_cpu);
+        } else {
+            run_once(&test, SharedSet::create(NSEMS), run, one_cpu);
+        }
         round += 1;
     }
 }
@@ -474,7 +529,7 @@ fn liveness_for_minutes() {
 fn the_watchdog_reports_a_call_that_could_proceed() {
     // A phantom worker "blocked" in a call that can always proceed: the
     // verdict a missed sleeper would get, with the dump.
-    let shared = Shared::new();
+    let shared = Shared::new(new_set());
     shared.controller_done.store(true, Ordering::Relaxed);
     *shared.calls[0].lock().unwrap() = Some(Call {
         seq: 1,
@@ -486,7 +541,7 @@ fn the_watchdog_reports_a_call_that_could_proceed() {
     let dump = shared.failure.lock().unwrap().take().expect("a verdict");
     assert!(dump.contains("worker 0 blocked in call #1"), "{dump}");
     assert!(dump.contains("sem 1: value Some(0)"), "{dump}");
-    assert_eq!(shared.set.get_all(), Err(SemError::Removed));
+    assert_eq!(shared.set.all(), Err(EIDRM));
 }
 
 #[test]
@@ -512,7 +567,7 @@ fn the_watchdog_reports_a_call_stuck_while_the_controller_runs() {
     // A phantom worker in a call that cannot proceed on the values, for
     // longer than STUCK while the controller counts as running: what a
     // sleeper completed but never woken would look like.
-    let shared = Shared::new();
+    let shared = Shared::new(new_set());
     *shared.calls[2].lock().unwrap() = Some(Call {
         seq: 7,
         sops: vec![SemBuf::new(0, -1, 0)],

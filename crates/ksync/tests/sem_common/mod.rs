@@ -13,7 +13,9 @@
 //! takes the skip path on purpose.
 #![allow(dead_code)]
 
-use ksync::sem::{SemBuf, SemError, SemSet, SemUndo, SharedSemSet, IPC_CREAT, IPC_PRIVATE};
+use ksync::sem::{
+    SemBuf, SemCounters, SemError, SemSet, SemUndo, SharedSemSet, IPC_CREAT, IPC_PRIVATE,
+};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -386,6 +388,16 @@ pub trait Sems: Sync {
     /// The errno every call on a removed set gives (the kernel no longer
     /// finds the id: EINVAL; ksync keeps the set and says EIDRM).
     fn stale_errno() -> i32;
+    /// ksync's counts of the set's work; the kernel keeps none.
+    fn counters(&self) -> Option<SemCounters> {
+        None
+    }
+    /// Sleepers a shared set's periodic sweep had to complete or wake
+    /// (`RecoveryStats::swept`): with every process alive, wake-ups lost.
+    /// The other sets have no sweep.
+    fn swept(&self) -> u32 {
+        0
+    }
 }
 
 fn e(err: SemError) -> i32 {
@@ -435,6 +447,9 @@ impl Sems for SemSet {
     }
     fn stale_errno() -> i32 {
         libc::EIDRM
+    }
+    fn counters(&self) -> Option<SemCounters> {
+        Some(SemSet::counters(self))
     }
 }
 
@@ -486,6 +501,7 @@ impl Sems for KernelSet {
 
 /// A process-shared ksync set (`IPC_PRIVATE`, mode 0600), removed when
 /// dropped, so no file outlives the test.
+#[derive(Debug)]
 pub struct SharedSet {
     pub set: SharedSemSet,
     removed: AtomicBool,
@@ -556,6 +572,12 @@ impl Sems for SharedSet {
     }
     fn stale_errno() -> i32 {
         libc::EIDRM
+    }
+    fn counters(&self) -> Option<SemCounters> {
+        Some(self.set.counters())
+    }
+    fn swept(&self) -> u32 {
+        self.set.recovery_stats().swept
     }
 }
 

@@ -574,6 +574,12 @@ impl<'a> Locked<'a> {
         if self.removed() {
             self.fail_all()?;
         }
+        // What the sweep finds from here on, a waker should have done: a
+        // sleeper it could have completed, or a result it committed but did
+        // not publish. Only a waker that died explains either; with every
+        // process alive, a count here is a wake-up lost (the liveness tests
+        // check it).
+        let before = self.woken.len();
         self.update_queue_all();
         let layout = *self.layout();
         for slot in 0..NSLEEP {
@@ -584,6 +590,11 @@ impl<'a> Locked<'a> {
             {
                 self.woken.push(slot);
             }
+        }
+        let swept = self.woken.len() - before;
+        if swept > 0 {
+            let word = self.map.word(header::SWEPT);
+            word.fetch_add(swept as u32, Ordering::Relaxed);
         }
         Ok(())
     }

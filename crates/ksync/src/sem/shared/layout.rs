@@ -54,6 +54,9 @@ pub(super) mod header {
     pub(crate) const REAPED: usize = 21;
     /// Coarse clock of the last sleepers' sweep (`engine.rs`).
     pub(crate) const LAST_SWEEP: usize = 22;
+    /// Recovery counter (`RecoveryStats::swept`): sleepers a sweep completed
+    /// or woke, which their wakers had not.
+    pub(crate) const SWEPT: usize = 23;
     /// Where the search for a free sleeper slot starts.
     pub(crate) const SLEEP_HINT: usize = 18;
     /// The set's lock (`lock.rs`), alone on its cache line.

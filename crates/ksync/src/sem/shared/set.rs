@@ -67,6 +67,10 @@ pub struct RecoveryStats {
     pub rollbacks: u32,
     /// Dead processes whose sleepers and undo adjustments were adopted.
     pub reaped: u32,
+    /// Sleepers the periodic sweep (every 100 ms) completed or woke because
+    /// no waker had: a waker died half way, or, with every process alive, a
+    /// wake-up was lost. 0 in a healthy set whose processes all live.
+    pub swept: u32,
 }
 
 /// A process with undo adjustments in a set ([`SharedSemSet::undo_holders`]).
@@ -875,6 +879,7 @@ impl SharedSemSet {
             takeovers: self.map.load(header::TAKEOVERS),
             rollbacks: self.map.load(header::ROLLBACKS),
             reaped: self.map.load(header::REAPED),
+            swept: self.map.load(header::SWEPT),
         }
     }
 
