@@ -51,20 +51,25 @@ struct Skipped {
     /// Some skipped entry has undo adjustments, whose range a completed
     /// operation's `SEM_UNDO` change can move.
     uses_undo: bool,
+    /// Some skipped entry has an operation with `IPC_NOWAIT`, which a
+    /// decrement elsewhere in an array can make fail (EAGAIN) where it
+    /// passed before: the kernel, which looks again at once, returns that.
+    has_nowait: bool,
 }
 
 impl Skipped {
     /// The rescan rule: whether completing `done` can have made one of the
     /// skipped entries runnable (or failing). Only if it raised a value, or
-    /// lowered one while a skipped entry waits for zero, or changed an undo
-    /// adjustment while a skipped entry has some (a block can turn into an
-    /// `ERANGE` of an earlier operation). A completion that did none of these
-    /// leaves every skipped entry as it was, so the scan goes on where it is.
+    /// lowered one while a skipped entry waits for zero or has an operation
+    /// with `IPC_NOWAIT`, or changed an undo adjustment while a skipped entry
+    /// has some (a block can turn into an `ERANGE` of an earlier operation).
+    /// A completion that did none of these leaves every skipped entry
+    /// blocked, so the scan goes on where it is.
     fn may_run_after(self, done: &[SemBuf]) -> bool {
         let raised = done.iter().any(|s| s.op > 0);
         let lowered = done.iter().any(|s| s.op < 0);
         let undid = done.iter().any(|s| s.op != 0 && s.flags & SEM_UNDO != 0);
-        raised || (undid && self.uses_undo) || (lowered && self.waits_for_zero)
+        raised || (undid && self.uses_undo) || (lowered && (self.waits_for_zero || self.has_nowait))
     }
 }
 
@@ -251,6 +256,7 @@ impl SetShared {
                     // Blocked where it was (see the doc): kept, as the
                     // rescan rule sees it without its blocking operation.
                     skipped.waits_for_zero |= sleeper.has_wait_for_zero();
+                    skipped.has_nowait |= sleeper.has_nowait();
                     // SAFETY: as above.
                     skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
                     entries[kept] = node;
@@ -262,6 +268,7 @@ impl SetShared {
                         // SAFETY: still queued under `held`.
                         let sops = unsafe { node.get().sops() };
                         skipped.waits_for_zero |= sops[i].op == 0;
+                        skipped.has_nowait |= sleeper.has_nowait();
                         // SAFETY: as above.
                         skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
                         entries[kept] = node;
@@ -540,11 +547,15 @@ mod tests {
         let nothing = Skipped::default();
         let zero = Skipped {
             waits_for_zero: true,
-            uses_undo: false,
+            ..Skipped::default()
         };
         let undo = Skipped {
-            waits_for_zero: false,
             uses_undo: true,
+            ..Skipped::default()
+        };
+        let nowait = Skipped {
+            has_nowait: true,
+            ..Skipped::default()
         };
         let undone = |op| SemBuf::new(0, op, crate::sem::SEM_UNDO);
         // A raise can enable any skipped entry.
@@ -553,6 +564,9 @@ mod tests {
         assert!(!nothing.may_run_after(&[sb(0, -1)]));
         assert!(zero.may_run_after(&[sb(0, -1)]));
         assert!(!undo.may_run_after(&[sb(0, -1)]));
+        // ... or one with IPC_NOWAIT, which may now fail.
+        assert!(nowait.may_run_after(&[sb(0, -1)]));
+        assert!(!nowait.may_run_after(&[undone(0)]));
         // An undo change only a skipped entry with adjustments.
         assert!(undo.may_run_after(&[undone(-1)]));
         assert!(!nothing.may_run_after(&[undone(-1)]));

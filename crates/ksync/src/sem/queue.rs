@@ -44,7 +44,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::undo_entry::UndoEntry;
-use super::SemBuf;
+use super::{SemBuf, IPC_NOWAIT};
 use crate::futex::{self, Wake};
 use crate::futex_batch::{Board, Handle, Spread};
 use crate::relax::cpu_relax;
@@ -297,6 +297,9 @@ pub(super) struct Sleeper {
     /// One of its operations waits for zero (the rescan rule's input for a
     /// sleeper passed over unevaluated).
     waits_for_zero: bool,
+    /// One of its operations has `IPC_NOWAIT` (the rescan rule's input: a
+    /// lowered value can make it fail).
+    nowait: bool,
     /// The waker's share-out of its wake-ups ([`Handle`]), written before
     /// the result and read once the owner has it: the owner helps wake the
     /// other sleepers of the same post before it returns.
@@ -320,6 +323,7 @@ impl Sleeper {
             dupsop,
             sems: sem_mask(sops),
             waits_for_zero: sops.iter().any(|s| s.op == 0),
+            nowait: sops.iter().any(|s| s.flags & IPC_NOWAIT != 0),
             help: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
@@ -343,6 +347,11 @@ impl Sleeper {
     /// Whether one of the blocked call's operations waits for zero.
     pub(super) fn has_wait_for_zero(&self) -> bool {
         self.waits_for_zero
+    }
+
+    /// Whether one of the blocked call's operations has `IPC_NOWAIT`.
+    pub(super) fn has_nowait(&self) -> bool {
+        self.nowait
     }
 
     /// The operations of the blocked call.
