@@ -699,6 +699,74 @@ fn a_zero_waiter_passed_over_is_served_when_a_completion_zeroes_its_semaphore() 
     );
 }
 
+/// The kernel looks at its complex wait-for-zero sleepers again whenever a
+/// call leaves any semaphore it changed at zero, named by them or not, and
+/// only then: GETZCNT counts such a sleeper on the operation it blocked on
+/// at that look. Z waits for sems 0 and 1 to be zero; a SETALL leaves it
+/// blocked on sem 1; raising sem 0 does not move it (no semaphore reached
+/// zero); a plain decrement of sem 2 to zero does, to sem 0. (A shared set's
+/// lock-free path would change sem 2 without that look, so while such a
+/// sleeper exists every call there takes the lock.)
+#[test]
+fn a_complex_zero_waiter_is_recounted_when_any_semaphore_reaches_zero() {
+    fn case<S: Sems>(s: &S, _u: &SemUndo) {
+        let n = S::NAME;
+        s.setval(0, 1).unwrap();
+        thread::scope(|sc| {
+            let _rm = RmOnPanic(s);
+            let z = sc.spawn(|| s.op(&[sb(0, 0, 0), sb(1, 0, 0)], None));
+            wait_zcnt(s, 0, 1);
+            s.setall(&[0, 1, 0]).unwrap();
+            assert_eq!((s.zcnt(0), s.zcnt(1)), (Ok(0), Ok(1)), "{n}");
+            s.op(&[sb(2, 1, 0)], None).unwrap();
+            s.op(&[sb(0, 1, 0)], None).unwrap();
+            assert_eq!((s.zcnt(0), s.zcnt(1)), (Ok(0), Ok(1)), "{n}: not looked at");
+            s.op(&[sb(2, -1, 0)], None).unwrap();
+            assert_eq!((s.zcnt(0), s.zcnt(1)), (Ok(1), Ok(0)), "{n}: looked at");
+            s.setall(&[0, 0, 0]).unwrap();
+            assert_eq!(finish("z", z), Ok(()), "{n}");
+        });
+    }
+    on_both!(
+        "sem_blocking::a_complex_zero_waiter_is_recounted_when_any_semaphore_reaches_zero",
+        3,
+        case
+    );
+}
+
+/// After a completion the kernel looks at the sleepers it passed again
+/// before it goes on, and one of them may now fail: E (`[a -1 IPC_NOWAIT,
+/// b -1]`) blocks on b while a is 1; C1 takes a, which makes E's first
+/// operation fail (EAGAIN), and only then does C2 give a back. A set that
+/// looked at E only after C2 would find it blocked on b again.
+#[test]
+fn a_passed_sleeper_fails_before_a_later_completion_raises_its_value() {
+    fn case<S: Sems>(s: &S, _u: &SemUndo) {
+        let n = S::NAME;
+        let (a, b, x, y) = (0u16, 1u16, 2u16, 3u16);
+        s.setval(usize::from(a), 1).unwrap();
+        thread::scope(|sc| {
+            let _rm = RmOnPanic(s);
+            let e = sc.spawn(|| s.op(&[sb(a, -1, NW), sb(b, -1, 0)], None));
+            wait_ncnt(s, usize::from(b), 1);
+            let c1 = sc.spawn(|| s.op(&[sb(a, -1, 0), sb(x, -1, 0)], None));
+            wait_ncnt(s, usize::from(x), 1);
+            let c2 = sc.spawn(|| s.op(&[sb(a, 1, 0), sb(y, -1, 0)], None));
+            wait_ncnt(s, usize::from(y), 1);
+            s.op(&[sb(x, 1, 0), sb(y, 1, 0)], None).unwrap();
+            assert_eq!(finish("e", e), Err(libc::EAGAIN), "{n}");
+            assert_eq!(finish("c1", c1), Ok(()), "{n}");
+            assert_eq!(finish("c2", c2), Ok(()), "{n}");
+            assert_eq!(s.all(), Ok(vec![1, 0, 0, 0]), "{n}");
+        });
+    }
+    on_both!(
+        "sem_blocking::a_passed_sleeper_fails_before_a_later_completion_raises_its_value",
+        4,
+        case
+    );
+}
+
 /// A sleeper that times out must not take the other sleepers of its
 /// semaphore off the wakers' radar: the remaining one is still woken by a
 /// plain single increment / decrement (ksync: the lock-free path must see

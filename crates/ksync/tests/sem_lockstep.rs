@@ -12,7 +12,8 @@
 //! ksync side a `SemUndo` that is dropped). Every script ends with the
 //! set's removal, whose EIDRMs are compared too.
 //!
-//! Every step runs on a `SemSet` and on a kernel set. After it, each side is
+//! Every step runs on a `SemSet` (or a process-shared set, in a run of its
+//! own, whose scripts have no undo owners) and on a kernel set. After it, each side is
 //! left to *settle*: every worker has either returned or is asleep in its
 //! sleeping system call (`FUTEX_WAIT` for ksync, whose sleepers are told to
 //! park at once; `semop`/`semtimedop` for the kernel), read from
@@ -42,7 +43,7 @@ use common::PATIENCE;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sem_common::{sb, sysv_available, KResult, KernelSet, Sems, UndoChild, Watchdog};
+use sem_common::{sb, sysv_available, KResult, KernelSet, Sems, SharedSet, UndoChild, Watchdog};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,14 +94,21 @@ fn sops(n: usize, undo_pct: u32) -> BoxedStrategy<Vec<SemBuf>> {
     prop::collection::vec(sop(n, undo_pct), 1..=3).boxed()
 }
 
-fn step(n: usize) -> BoxedStrategy<Step> {
+fn step(n: usize, undo_owners: bool) -> BoxedStrategy<Step> {
+    if !undo_owners {
+        return prop_oneof![
+            30 => sops(n, 10).prop_map(Step::Block),
+            6 => sops(n, 10).prop_map(Step::Timed),
+            24 => controller_op(n),
+            6 => (0..n, 0i32..=3).prop_map(|(num, v)| Step::SetVal(num, v)),
+            4 => prop::collection::vec(0u16..=3, n).prop_map(Step::SetAll),
+        ]
+        .boxed();
+    }
     prop_oneof![
         30 => sops(n, 10).prop_map(Step::Block),
         6 => sops(n, 10).prop_map(Step::Timed),
-        // The controller mostly raises, so that sleepers complete.
-        24 => prop::collection::vec((0..n as u16, -1i16..=3), 1..=3).prop_map(|ops| {
-            Step::Op(ops.into_iter().map(|(num, op)| sb(num, op, 0)).collect())
-        }),
+        24 => controller_op(n),
         6 => (0..n, 0i32..=3).prop_map(|(num, v)| Step::SetVal(num, v)),
         4 => prop::collection::vec(0u16..=3, n).prop_map(Step::SetAll),
         5 => prop::collection::vec((0..n as u16, -2i16..=2), 1..=2).prop_map(|ops| {
@@ -111,8 +119,17 @@ fn step(n: usize) -> BoxedStrategy<Step> {
     .boxed()
 }
 
-fn script() -> impl Strategy<Value = (usize, Vec<Step>)> {
-    (1usize..=4).prop_flat_map(|n| (Just(n), prop::collection::vec(step(n), 1..=40)))
+/// A call of the controller's: it mostly raises, so that sleepers complete.
+fn controller_op(n: usize) -> BoxedStrategy<Step> {
+    prop::collection::vec((0..n as u16, -1i16..=3), 1..=3)
+        .prop_map(|ops| Step::Op(ops.into_iter().map(|(num, op)| sb(num, op, 0)).collect()))
+        .boxed()
+}
+
+/// A script; `undo_owners`: with steps that start and end undo owners.
+fn script(undo_owners: bool) -> impl Strategy<Value = (usize, Vec<Step>)> {
+    (1usize..=4)
+        .prop_flat_map(move |n| (Just(n), prop::collection::vec(step(n, undo_owners), 1..=40)))
 }
 
 // ---------------------------------------------------------------------------
@@ -168,6 +185,20 @@ impl Side for SemSet {
     fn drop_owner(owner: SemUndo) {
         drop(owner);
     }
+}
+
+/// A process-shared set applies a process's adjustments when the process
+/// dies, as the kernel does: its scripts have no undo owners, which would
+/// have to be forked from a process whose threads use the set.
+impl Side for SharedSet {
+    fn sleep_calls() -> Vec<i64> {
+        vec![libc::SYS_futex]
+    }
+    type Owner = ();
+    fn undo_owner(&self, _sops: &[SemBuf]) -> ((), KResult<()>) {
+        unreachable!("scripts for the shared sets have no undo owners")
+    }
+    fn drop_owner(_owner: ()) {}
 }
 
 impl Side for KernelSet {
@@ -358,10 +389,9 @@ fn describe(w: &[Worker]) -> String {
         .join("\n")
 }
 
-/// Runs one script on both sides in lockstep; the first difference is the
-/// error.
-fn run_script(n: usize, steps: &[Step]) -> Result<(), String> {
-    let ours = SemSet::new(n).unwrap();
+/// Runs one script on `ours` (of `n` semaphores) and on a kernel set in
+/// lockstep; the first difference is the error.
+fn run_script<S: Side>(ours: S, n: usize, steps: &[Step]) -> Result<(), String> {
     let theirs = KernelSet::create(n);
     let (our_undo, their_undo) = (SemUndo::new(), SemUndo::new());
     thread::scope(|scope| {
@@ -387,7 +417,10 @@ fn run_script(n: usize, steps: &[Step]) -> Result<(), String> {
                 b.settle()?;
                 let (sa, sb) = (a.observe(ra), b.observe(rb));
                 if sa != sb {
-                    let mut m = format!("step {i} {step:?} differs\n  ksync:  {sa:?}\n  kernel: {sb:?}\nscript so far:\n");
+                    let mut m = format!(
+                        "step {i} {step:?} differs\n  {}: {sa:?}\n  kernel: {sb:?}\nscript so far:\n",
+                        S::NAME
+                    );
                     for s in &steps[..=i] {
                         let _ = writeln!(m, "  {s:?}");
                     }
@@ -403,7 +436,8 @@ fn run_script(n: usize, steps: &[Step]) -> Result<(), String> {
         let (fa, fb) = (fa?, fb?);
         if fa != fb {
             return Err(format!(
-                "removal differs\n  ksync:  {fa:?}\n  kernel: {fb:?}\n{}",
+                "removal differs\n  {}: {fa:?}\n  kernel: {fb:?}\n{}",
+                S::NAME,
                 describe(&a.workers)
             ));
         }
@@ -426,7 +460,8 @@ fn a_skipped_sleeper_is_counted_where_it_blocks_after_a_completion() {
         Step::Block(vec![sb(1, -1, 0)]),
         Step::Op(vec![sb(1, 1, 0)]),
     ];
-    run_script(2, &steps).unwrap();
+    run_script(SemSet::new(2).unwrap(), 2, &steps).unwrap();
+    run_script(SharedSet::create(2), 2, &steps).unwrap();
 }
 
 #[test]
@@ -434,7 +469,21 @@ fn blocking_scripts_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_run_in_lockstep_with_the_kernel") {
         return;
     }
-    let _dog = Watchdog::arm("lockstep scripts", Duration::from_secs(600));
+    run_scripts("lockstep scripts", true, |n| SemSet::new(n).unwrap());
+}
+
+/// The same on a process-shared set, without undo owners (see its `Side`).
+#[test]
+fn blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel() {
+    if !sysv_available("blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel") {
+        return;
+    }
+    run_scripts("lockstep scripts, shared", false, SharedSet::create);
+}
+
+/// `PROPTEST_CASES` scripts on sets `new` makes, shrinking the first failure.
+fn run_scripts<S: Side>(test: &'static str, undo_owners: bool, new: impl Fn(usize) -> S) {
+    let _dog = Watchdog::arm(test, Duration::from_secs(600));
     // Sleepers park at once, so that "asleep in FUTEX_WAIT" means queued.
     ksync::sem::set_sleeper_spin(0);
     let cases = std::env::var("PROPTEST_CASES")
@@ -447,8 +496,8 @@ fn blocking_scripts_run_in_lockstep_with_the_kernel() {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&script(), |(n, steps)| {
-        run_script(n, &steps).map_err(TestCaseError::fail)
+    let result = runner.run(&script(undo_owners), |(n, steps)| {
+        run_script(new(n), n, &steps).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{e}");

@@ -17,6 +17,7 @@ use super::layout::{
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
 use super::procs::{registry, Me};
+use super::wake::Change;
 use crate::futex_batch::{wake_all_in, Scope};
 use crate::sem::counters::Counters;
 use crate::sem::stamp::{current_pid, now_secs};
@@ -29,23 +30,10 @@ pub(super) struct Locked<'a> {
     pub(super) map: &'a Arc<Mapping>,
     pub(super) me: Me,
     /// Semaphores whose flags must be recomputed before the lock is released.
-    touched: Vec<usize>,
+    pub(super) touched: Vec<usize>,
     /// Sleeper slots whose results were committed: to publish and wake.
-    woken: Vec<usize>,
+    pub(super) woken: Vec<usize>,
     /// The evaluation of the caller's own operations.
-    eval: Eval,
-}
-
-/// The buffers of a walk of the queue ([`Locked::update_queue_for`]).
-#[derive(Default)]
-struct Walk {
-    /// The queue's slots, in order.
-    queue: Vec<usize>,
-    /// The operations of the sleeper looked at.
-    ops: Vec<SemBuf>,
-    /// The semaphores changed so far.
-    changed: Changed,
-    /// The evaluation of the sleeper looked at.
     eval: Eval,
 }
 
@@ -61,13 +49,11 @@ struct Scratch {
 
 std::thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-    /// Apart from [`SCRATCH`]: a call that walks no queue does not move them.
-    static WALK: RefCell<Walk> = RefCell::new(Walk::default());
 }
 
 /// This thread's buffers in `key`; fresh ones if they are in use (a call
 /// from a signal handler) or gone (the thread is exiting).
-fn take_buffers<T: Default>(key: &'static LocalKey<RefCell<T>>) -> T {
+pub(super) fn take_buffers<T: Default>(key: &'static LocalKey<RefCell<T>>) -> T {
     key.try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).ok())
         .ok()
         .flatten()
@@ -75,7 +61,7 @@ fn take_buffers<T: Default>(key: &'static LocalKey<RefCell<T>>) -> T {
 }
 
 /// Gives the buffers taken from `key` back, keeping their capacity.
-fn give_back<T>(key: &'static LocalKey<RefCell<T>>, buffers: T) {
+pub(super) fn give_back<T>(key: &'static LocalKey<RefCell<T>>, buffers: T) {
     let _ = key.try_with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
             *s = buffers;
@@ -139,7 +125,7 @@ impl<'a> Locked<'a> {
 
     /// Writes an evaluation's values and adjustments (for process slot
     /// `slot`) and the pids, in `tx`.
-    fn apply(&self, tx: &mut Tx<'_>, eval: &Eval, slot: usize, pid: u32) {
+    pub(super) fn apply(&self, tx: &mut Tx<'_>, eval: &Eval, slot: usize, pid: u32) {
         let layout = self.layout();
         for &(num, v) in &eval.values {
             let word = self.map.load(layout.sem(num));
@@ -166,7 +152,7 @@ impl<'a> Locked<'a> {
             tx.commit();
             touch_otime(self.map);
             if sops.iter().any(|s| s.op != 0) {
-                self.update_queue_for(sops.iter().map(|s| usize::from(s.num)));
+                self.smart_update(Change::Ops(sops));
             }
         }
         self.eval = eval;
@@ -211,6 +197,13 @@ impl<'a> Locked<'a> {
             tail => tx.write(layout.link(tail - 1), slot as u32 + 1),
         }
         tx.write(header::QUEUE_TAIL, slot as u32 + 1);
+        if sops.len() > 1 {
+            let complex = self.map.load(header::COMPLEX);
+            tx.write(header::COMPLEX, complex + 1);
+            if sops.iter().all(|s| s.op == 0) {
+                self.count_complex_zero(&mut tx, true);
+            }
+        }
         for sop in sops {
             let num = usize::from(sop.num);
             let count = self.map.load(layout.waiter_count(num));
@@ -240,7 +233,11 @@ impl<'a> Locked<'a> {
     }
 
     /// [`sleeper_ops`](Self::sleeper_ops) into a buffer the caller reuses.
-    fn read_sleeper_ops(&self, slot: usize, ops: &mut Vec<SemBuf>) -> Result<(), SemError> {
+    pub(super) fn read_sleeper_ops(
+        &self,
+        slot: usize,
+        ops: &mut Vec<SemBuf>,
+    ) -> Result<(), SemError> {
         let layout = self.layout();
         ops.clear();
         let nsops = self.map.load(layout.sleeper(slot, sleeper::NSOPS)) as usize;
@@ -270,7 +267,7 @@ impl<'a> Locked<'a> {
     }
 
     /// [`queue`](Self::queue) into a buffer the caller reuses.
-    fn queue_into(&self, out: &mut Vec<usize>) -> Result<(), SemError> {
+    pub(super) fn queue_into(&self, out: &mut Vec<usize>) -> Result<(), SemError> {
         out.clear();
         let mut next = self.map.load(header::QUEUE_HEAD) as usize;
         while next != 0 {
@@ -284,7 +281,7 @@ impl<'a> Locked<'a> {
     }
 
     /// Takes `slot` out of the queue and marks it done with `result`, in `tx`.
-    fn finish_sleeper(
+    pub(super) fn finish_sleeper(
         &mut self,
         tx: &mut Tx<'_>,
         queue: &[usize],
@@ -311,120 +308,36 @@ impl<'a> Locked<'a> {
             tx.write(layout.waiter_count(num), count.saturating_sub(1));
             self.touched.push(num);
         }
+        if ops.len() > 1 {
+            let complex = self.map.load(header::COMPLEX);
+            tx.write(header::COMPLEX, complex.saturating_sub(1));
+            if ops.iter().all(|s| s.op == 0) {
+                self.count_complex_zero(tx, false);
+            }
+        }
         tx.write(layout.sleeper(slot, sleeper::RESULT), result);
         tx.write(layout.sleeper(slot, sleeper::STATE), SLEEPER_DONE);
     }
 
-    /// Completes every queued sleeper whose operations can now be performed
-    /// (or now fail), in queue order, the waker performing each for its
-    /// sleeper (Chen, 2003). Only sleepers that name a semaphore in
-    /// `changed` are evaluated, and each completion adds its own semaphores;
-    /// the rest cannot have become runnable (Spraul, 2010: look only at the
-    /// sleepers of what changed). The walk goes back to the head only when a
-    /// completion could have enabled a sleeper it already passed: an
-    /// increment, when one was passed, or a value brought to zero, when a
-    /// passed sleeper waits for zero.
-    pub(super) fn update_queue_for(&mut self, changed: impl IntoIterator<Item = usize>) {
-        self.walk_queue(false, changed);
-    }
-
-    /// [`update_queue_for`](Self::update_queue_for) every semaphore: after a
-    /// recovery, when anything may have changed.
-    pub(super) fn update_queue_all(&mut self) {
-        self.walk_queue(true, []);
-    }
-
-    fn walk_queue(&mut self, all: bool, changed: impl IntoIterator<Item = usize>) {
-        if self.map.load(header::QUEUE_HEAD) == 0 {
-            return;
-        }
-        // The buffers are the thread's, kept between calls: a post that
-        // completes sleepers would otherwise allocate four of them.
-        let mut walk = take_buffers(&WALK);
-        if self.queue_into(&mut walk.queue).is_ok() {
-            walk.changed.reset(self.layout().nsems, all);
-            for num in changed {
-                walk.changed.mark(num);
-            }
-            self.complete_enabled(&mut walk);
-        }
-        give_back(&WALK, walk);
-    }
-
-    /// The walk of [`walk_queue`](Self::walk_queue) over `walk.queue`, with
-    /// the semaphores changed so far in `walk.changed`.
-    fn complete_enabled(&mut self, walk: &mut Walk) {
-        let Walk {
-            queue,
-            ops,
-            changed,
-            eval,
-        } = walk;
-        let counters = &self.map.counters;
-        let mut i = 0;
-        let (mut passed, mut passed_zero) = (false, false);
-        while i < queue.len() {
-            let slot = queue[i];
-            Counters::bump(&counters.visited, 1);
-            // Passed over on its summary alone when it names none of the
-            // changed semaphores: its slot is not read.
-            let summary = self.map.load(self.layout().summary(slot));
-            if !changed.may_concern(summary) {
-                passed = true;
-                passed_zero |= summary & summary::ZERO != 0;
-                i += 1;
-                continue;
-            }
-            if self.read_sleeper_ops(slot, ops).is_err() {
-                i += 1;
-                continue;
-            }
-            let (owner, _) =
-                split_owner(self.map.load(self.layout().sleeper(slot, sleeper::OWNER)));
-            let touched = ops.iter().any(|s| changed.has(usize::from(s.num)));
-            if owner >= NPROC || !touched {
-                passed = true;
-                passed_zero |= ops.iter().any(|s| s.op == 0);
-                i += 1;
-                continue;
-            }
-            evaluate_into(self.map, ops, owner, eval);
-            Counters::bump(&counters.attempts, 1);
-            let mut tx = Tx::begin(self.map);
-            let restart = match eval.outcome {
-                Outcome::Blocked(at) => {
-                    tx.write(self.layout().sleeper(slot, sleeper::BLOCKING), at as u32);
-                    tx.commit();
-                    passed = true;
-                    passed_zero |= ops.iter().any(|s| s.op == 0);
-                    i += 1;
-                    continue;
-                }
-                Outcome::Failed(e) => {
-                    self.finish_sleeper(&mut tx, queue, slot, ops, e.errno() as u32);
-                    tx.commit();
-                    false
-                }
-                Outcome::Done => {
-                    let pid = self.map.load(self.layout().proc(owner, proc_slot::PID));
-                    self.apply(&mut tx, eval, owner, pid);
-                    self.finish_sleeper(&mut tx, queue, slot, ops, 0);
-                    tx.commit();
-                    touch_otime(self.map);
-                    for sop in ops.iter().filter(|s| s.op != 0) {
-                        changed.mark(usize::from(sop.num));
-                    }
-                    (passed && ops.iter().any(|s| s.op > 0))
-                        || (passed_zero && eval.values.iter().any(|&(_, v)| v == 0))
-                }
-            };
-            self.woken.push(slot);
-            queue.remove(i);
-            if restart {
-                i = 0;
-                passed = false;
-                passed_zero = false;
-            }
+    /// Counts a complex wait-for-zero sleeper in (`queued`) or out. The
+    /// first one in and the last one out change every semaphore's flags.
+    ///
+    /// Why every semaphore: when any semaphore a call changed reaches zero,
+    /// the kernel evaluates every complex wait-for-zero sleeper again, and
+    /// moves each one's blocking operation (what GETZCNT counts) where it
+    /// now blocks, whether or not the sleeper names that semaphore. A
+    /// lock-free operation would change a value without that walk
+    /// (`wake.rs`), so while such sleepers exist every call takes the lock.
+    fn count_complex_zero(&mut self, tx: &mut Tx<'_>, queued: bool) {
+        let count = self.map.load(header::COMPLEX_ZERO);
+        let next = if queued {
+            count + 1
+        } else {
+            count.saturating_sub(1)
+        };
+        tx.write(header::COMPLEX_ZERO, next);
+        if (count == 0) != (next == 0) {
+            self.touched.extend(0..self.layout().nsems);
         }
     }
 
@@ -485,7 +398,7 @@ impl<'a> Locked<'a> {
         }
         tx.write(header::CTIME, now_secs() as u32);
         tx.commit();
-        self.update_queue_for(values.iter().map(|&(num, _)| num));
+        self.smart_update(Change::All);
     }
 
     /// `IPC_SET`'s change of owner and mode; handles recompute their rights.
@@ -544,7 +457,7 @@ impl<'a> Locked<'a> {
             .word(header::LAST_REAP)
             .store(coarse_ms(), Ordering::Relaxed);
         if found {
-            self.update_queue_all();
+            self.smart_update(Change::All);
         }
         found
     }
@@ -580,7 +493,7 @@ impl<'a> Locked<'a> {
         // process alive, a count here is a wake-up lost (the liveness tests
         // check it).
         let before = self.woken.len();
-        self.update_queue_all();
+        self.smart_update(Change::All);
         let layout = *self.layout();
         for slot in 0..NSLEEP {
             // Under the lock, a live waker has published what it committed.
@@ -688,8 +601,11 @@ impl Drop for Locked<'_> {
         if self.map.poisoned() {
             self.touched.clear();
         }
+        // Every semaphore goes through the lock while complex wait-for-zero
+        // sleepers exist (`count_complex_zero`).
+        let all_closed = self.map.load(header::COMPLEX_ZERO) > 0;
         for &num in &self.touched {
-            let flags = if self.map.load(layout.waiter_count(num)) > 0 {
+            let flags = if all_closed || self.map.load(layout.waiter_count(num)) > 0 {
                 sem_word::SLEEPERS
             } else {
                 0
@@ -755,45 +671,6 @@ impl Drop for Locked<'_> {
             eval: std::mem::take(&mut self.eval),
         };
         give_back(&SCRATCH, scratch);
-    }
-}
-
-/// The semaphores a walk of the queue has seen change: one bit each, and
-/// folded the way a [`summary`] masks several operations' semaphores.
-#[derive(Default)]
-struct Changed {
-    bits: Vec<u64>,
-    folded: u32,
-}
-
-impl Changed {
-    /// None of `nsems` semaphores changed, or all of them.
-    fn reset(&mut self, nsems: usize, all: bool) {
-        self.bits.clear();
-        self.bits.resize(nsems.div_ceil(64), all as u64 * u64::MAX);
-        self.folded = if all { u32::MAX } else { 0 };
-    }
-
-    fn mark(&mut self, num: usize) {
-        self.bits[num / 64] |= 1 << (num % 64);
-        self.folded |= 1 << (num % summary::MASK_BITS);
-    }
-
-    /// Whether `num` changed; a number beyond the set did not.
-    fn has(&self, num: usize) -> bool {
-        self.bits
-            .get(num / 64)
-            .is_some_and(|b| b & (1 << (num % 64)) != 0)
-    }
-
-    /// Whether a sleeper with `summary` may name a changed semaphore: exact
-    /// for one operation, a superset for several.
-    fn may_concern(&self, summary: u32) -> bool {
-        if summary & summary::MANY != 0 {
-            summary & self.folded & ((1 << summary::MASK_BITS) - 1) != 0
-        } else {
-            self.has((summary & summary::NUM) as usize)
-        }
     }
 }
 

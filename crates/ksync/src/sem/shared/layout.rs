@@ -57,6 +57,14 @@ pub(super) mod header {
     /// Recovery counter (`RecoveryStats::swept`): sleepers a sweep completed
     /// or woke, which their wakers had not.
     pub(crate) const SWEPT: usize = 23;
+    /// Queued sleepers of several operations (the kernel's
+    /// `complex_count`): while there are any, alter sleepers are completed
+    /// from one list (`wake.rs`); journalled.
+    pub(crate) const COMPLEX: usize = 24;
+    /// Of those, sleepers whose operations all wait for zero; journalled.
+    /// While there are any, every semaphore is closed to the lock-free path
+    /// (`engine.rs`).
+    pub(crate) const COMPLEX_ZERO: usize = 25;
     /// Where the search for a free sleeper slot starts.
     pub(crate) const SLEEP_HINT: usize = 18;
     /// The set's lock (`lock.rs`), alone on its cache line.
@@ -135,7 +143,7 @@ const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
 /// sleeper is queued; a corrupt one can only make a walk pass over a
 /// sleeper, as a corrupt value could.
 pub(super) mod summary {
-    use crate::sem::SemBuf;
+    use crate::sem::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 
     /// The sleeper has several operations: the low bits are a mask of their
     /// semaphores, semaphore `n` on bit `n % MASK_BITS` (a superset). Without
@@ -143,8 +151,14 @@ pub(super) mod summary {
     pub(crate) const MANY: u32 = 1 << 31;
     /// One of its operations waits for zero.
     pub(crate) const ZERO: u32 = 1 << 30;
+    /// One of its operations changes a value (the kernel's `alter`).
+    pub(crate) const ALTER: u32 = 1 << 29;
+    /// One of its operations has `IPC_NOWAIT`.
+    pub(crate) const NOWAIT: u32 = 1 << 28;
+    /// One of its operations has `SEM_UNDO`.
+    pub(crate) const UNDO: u32 = 1 << 27;
     /// Bits of a mask of several operations' semaphores.
-    pub(crate) const MASK_BITS: usize = 30;
+    pub(crate) const MASK_BITS: usize = 27;
     pub(crate) const NUM: u32 = 0xffff;
 
     /// The summary of `sops` (semaphore numbers below `SEMMSL`).
@@ -154,9 +168,14 @@ pub(super) mod summary {
         } else {
             0
         };
+        let flag = |has: bool, bit: u32| if has { bit } else { 0 };
+        let flags = zero
+            | flag(sops.iter().any(|s| s.op != 0), ALTER)
+            | flag(sops.iter().any(|s| s.flags & IPC_NOWAIT != 0), NOWAIT)
+            | flag(sops.iter().any(|s| s.flags & SEM_UNDO != 0), UNDO);
         match sops {
-            [one] => zero | u32::from(one.num),
-            many => many.iter().fold(MANY | zero, |summary, s| {
+            [one] => flags | u32::from(one.num),
+            many => many.iter().fold(MANY | flags, |summary, s| {
                 summary | 1 << (usize::from(s.num) % MASK_BITS)
             }),
         }
@@ -293,7 +312,7 @@ pub(super) fn split_owner(word: u32) -> (usize, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sem::SemBuf;
+    use crate::sem::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 
     #[test]
     fn arrays_do_not_overlap_and_the_largest_set_fits_in_u32_words() {
@@ -313,10 +332,19 @@ mod tests {
     #[test]
     fn a_summary_names_one_semaphore_exactly_and_several_by_mask() {
         let op = |num, op| SemBuf::new(num, op, 0);
-        assert_eq!(summary::of(&[op(31_999, -1)]), 31_999);
+        assert_eq!(summary::of(&[op(31_999, -1)]), summary::ALTER | 31_999);
         assert_eq!(summary::of(&[op(7, 0)]), summary::ZERO | 7);
         assert_eq!(
-            summary::of(&[op(1, -1), op(31, 1), op(2, 0)]),
+            summary::of(&[op(1, -1), op(28, 1), op(2, 0)]),
+            summary::MANY | summary::ZERO | summary::ALTER | 0b110
+        );
+        let flagged = [SemBuf::new(3, 1, IPC_NOWAIT), SemBuf::new(4, -1, SEM_UNDO)];
+        assert_eq!(
+            summary::of(&flagged),
+            summary::MANY | summary::ALTER | summary::NOWAIT | summary::UNDO | 0b11000
+        );
+        assert_eq!(
+            summary::of(&[op(1, 0), op(2, 0)]),
             summary::MANY | summary::ZERO | 0b110
         );
     }

@@ -87,6 +87,7 @@ mod map;
 mod procs;
 mod set;
 mod sigbus;
+mod wake;
 
 pub use dir::{sem_dir, set_ids, SEMMNI};
 pub use layout::{NPROC, NSLEEP};
