@@ -87,10 +87,6 @@ impl Kind {
             (true, true) => Kind::ComplexAlter,
         }
     }
-
-    fn alters(self) -> bool {
-        matches!(self, Kind::Alter(_) | Kind::ComplexAlter)
-    }
 }
 
 /// The buffers of a walk, kept per thread between calls.
@@ -109,8 +105,11 @@ pub(super) struct Walk {
     folded: u32,
     /// Changes made so far; change 1 is the one the walk is for.
     generation: u32,
-    /// Alter sleepers left on the queue.
+    /// Alter sleepers left on the queue, and wait-for-zero ones of one
+    /// operation and of several: a list with none is not walked.
     alters: usize,
+    zeros: usize,
+    complex_zeros: usize,
     /// Where the alter pass stands while a completion's zero wake-ups
     /// take sleepers off the queue before it.
     cursor: usize,
@@ -132,11 +131,10 @@ impl Walk {
         self.cursor = 0;
         self.evaluated.clear();
         self.evaluated.resize(self.queue.len(), 0);
-        self.alters = self
-            .summaries
-            .iter()
-            .filter(|&&s| Kind::of(s).alters())
-            .count();
+        (self.alters, self.zeros, self.complex_zeros) = (0, 0, 0);
+        for i in 0..self.summaries.len() {
+            *self.count_of(Kind::of(self.summaries[i])) += 1;
+        }
     }
 
     fn end(&mut self) {
@@ -172,10 +170,17 @@ impl Walk {
         self.changed.get(num).is_some_and(|&g| g > since)
     }
 
-    fn remove(&mut self, i: usize) {
-        if Kind::of(self.summaries[i]).alters() {
-            self.alters -= 1;
+    /// The count of sleepers on the lists of `kind`.
+    fn count_of(&mut self, kind: Kind) -> &mut usize {
+        match kind {
+            Kind::Alter(_) | Kind::ComplexAlter => &mut self.alters,
+            Kind::Zero(_) => &mut self.zeros,
+            Kind::ComplexZero => &mut self.complex_zeros,
         }
+    }
+
+    fn remove(&mut self, i: usize) {
+        *self.count_of(Kind::of(self.summaries[i])) -= 1;
         if i < self.cursor {
             self.cursor -= 1;
         }
@@ -287,6 +292,9 @@ impl Locked<'_> {
     /// the complex ones (`wake_const_ops`). Their completions change no value.
     fn wake_const(&mut self, walk: &mut Walk, num: Option<usize>) {
         let list = num.map_or(Kind::ComplexZero, Kind::Zero);
+        if *walk.count_of(list) == 0 {
+            return;
+        }
         let mut i = 0;
         while i < walk.queue.len() {
             if Kind::of(walk.summaries[i]) != list {
