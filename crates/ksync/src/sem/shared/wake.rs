@@ -91,7 +91,7 @@ impl Kind {
 
 /// The buffers of a walk, kept per thread between calls.
 #[derive(Default)]
-pub(super) struct Walk {
+struct Walk {
     /// The queue's slots, in order, and beside them each one's summary and
     /// the change it was last evaluated after (0: not in this walk).
     queue: Vec<usize>,
@@ -330,7 +330,9 @@ impl Locked<'_> {
                 let eligible = match Kind::of(summary) {
                     // A semaphore's own list holds decrements only: none can
                     // proceed from zero (the kernel stops there).
-                    Kind::Alter(num) if !global => super::eval::value(self.map, num) != 0,
+                    Kind::Alter(num) if !global => {
+                        num < self.map.layout.nsems && super::eval::value(self.map, num) != 0
+                    }
                     Kind::Alter(_) | Kind::ComplexAlter => global,
                     Kind::Zero(_) | Kind::ComplexZero => false,
                 };
