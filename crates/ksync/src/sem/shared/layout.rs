@@ -137,11 +137,12 @@ pub(super) const READY: u32 = 1;
 const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
 
 /// A queued sleeper's summary word in the queue index ([`Layout::summary`]):
-/// enough of its operations for a waker's walk of the queue to pass over a
-/// sleeper that a change cannot concern without reading its slot, 4 KiB
-/// away from the next one's. Written with the operations, before the
-/// sleeper is queued; a corrupt one can only make a walk pass over a
-/// sleeper, as a corrupt value could.
+/// enough of its operations for a waker's walk of the queue to tell which of
+/// the kernel's lists it is on and to pass over a sleeper that a change
+/// cannot concern without reading its slot, 4 KiB away from the next one's
+/// (`wake.rs`). Written with the operations, before the sleeper is queued;
+/// a corrupt one can only make a walk pass over a sleeper or look at it out
+/// of the kernel's order, as a corrupt value could.
 pub(super) mod summary {
     use crate::sem::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 
