@@ -42,19 +42,20 @@ use crate::prefetch;
 use crate::sync::Ordering;
 
 /// What the entries an `update_queue` scan skipped since its last restart
-/// are blocked on: the input of the rescan rule.
+/// are blocked on: the input of the rescan rule, which the shared sets'
+/// walk (`shared/wake.rs`) applies too.
 #[derive(Clone, Copy, Debug, Default)]
-struct Skipped {
+pub(super) struct Skipped {
     /// Some skipped entry is blocked on a wait-for-zero operation, which a
     /// decrement elsewhere in an array can enable.
-    waits_for_zero: bool,
+    pub(super) waits_for_zero: bool,
     /// Some skipped entry has undo adjustments, whose range a completed
     /// operation's `SEM_UNDO` change can move.
-    uses_undo: bool,
+    pub(super) uses_undo: bool,
     /// Some skipped entry has an operation with `IPC_NOWAIT`, which a
     /// decrement elsewhere in an array can make fail (EAGAIN) where it
     /// passed before: the kernel, which looks again at once, returns that.
-    has_nowait: bool,
+    pub(super) has_nowait: bool,
 }
 
 impl Skipped {
@@ -65,7 +66,7 @@ impl Skipped {
     /// has some (a block can turn into an `ERANGE` of an earlier operation).
     /// A completion that did none of these leaves every skipped entry
     /// blocked, so the scan goes on where it is.
-    fn may_run_after(self, done: &[SemBuf]) -> bool {
+    pub(super) fn may_run_after(self, done: &[SemBuf]) -> bool {
         let raised = done.iter().any(|s| s.op > 0);
         let lowered = done.iter().any(|s| s.op < 0);
         let undid = done.iter().any(|s| s.op != 0 && s.flags & SEM_UNDO != 0);

@@ -94,9 +94,9 @@ impl<'a> Locked<'a> {
         // last holder committed or died, and a takeover rolls back. Either
         // way `held` releases the lock when this returns an error.
         if taken == Taken::FromDead {
-            bump(map, header::TAKEOVERS);
+            bump(map, header::TAKEOVERS, 1);
             if map.load(header::JOURNAL_LEN) != 0 {
-                bump(map, header::ROLLBACKS);
+                bump(map, header::ROLLBACKS, 1);
             }
             roll_back(map)?;
             // Flags are not journalled: recompute every semaphore's.
@@ -506,8 +506,7 @@ impl<'a> Locked<'a> {
         }
         let swept = self.woken.len() - before;
         if swept > 0 {
-            let word = self.map.word(header::SWEPT);
-            word.fetch_add(swept as u32, Ordering::Relaxed);
+            bump(self.map, header::SWEPT, swept as u32);
         }
         Ok(())
     }
@@ -518,7 +517,7 @@ impl<'a> Locked<'a> {
     pub(super) fn clear_slot(&mut self, slot: usize, state: u32) {
         let layout = *self.layout();
         if self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE {
-            bump(self.map, header::REAPED);
+            bump(self.map, header::REAPED, 1);
         }
         self.drop_sleepers_where(|_, owner, _| owner == slot);
         let adjs: Vec<(usize, i32)> = (0..layout.nsems)
@@ -693,9 +692,9 @@ fn coarse_ms() -> u32 {
     (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000) as u32
 }
 
-/// Counts a recovery event (statistics only: not journalled, never trusted).
-fn bump(map: &Mapping, counter: usize) {
-    map.word(counter).fetch_add(1, Ordering::Relaxed);
+/// Counts `by` recovery events (statistics only: not journalled, never trusted).
+fn bump(map: &Mapping, counter: usize, by: u32) {
+    map.word(counter).fetch_add(by, Ordering::Relaxed);
 }
 
 /// Records the time of a successful operation (seconds; a store only when it changed).

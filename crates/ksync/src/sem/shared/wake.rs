@@ -51,8 +51,9 @@ use super::engine::Locked;
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
 use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
+use crate::sem::complete::Skipped;
 use crate::sem::counters::Counters;
-use crate::sem::{SemBuf, SemError, SEM_UNDO};
+use crate::sem::{SemBuf, SemError};
 
 /// What a change touched.
 #[derive(Clone, Copy)]
@@ -190,23 +191,14 @@ impl Walk {
     }
 }
 
-/// Whether completing `done` can have let a sleeper with summary flags
-/// `passed` through, or made it fail: the kernel would find that out when
-/// it starts again from the head, before the walk reaches later sleepers,
-/// which may take what the completion left. Only if it raised a value, or
-/// lowered one while the sleeper waits for zero (which a value brought to
-/// zero lets through) or has an operation with `IPC_NOWAIT` (which an
-/// earlier operation now blocking makes fail), or changed an adjustment
-/// while the sleeper has `SEM_UNDO` (whose range it moves). Otherwise the
-/// sleeper still blocks, perhaps on another operation, which the walk's
-/// last pass finds: starting again would cost a pass per completion.
-fn may_unblock(done: &[SemBuf], passed: u32) -> bool {
-    let raised = done.iter().any(|s| s.op > 0);
-    let lowered = done.iter().any(|s| s.op < 0);
-    let undid = done.iter().any(|s| s.op != 0 && s.flags & SEM_UNDO != 0);
-    raised
-        || (lowered && passed & (summary::ZERO | summary::NOWAIT) != 0)
-        || (undid && passed & summary::UNDO != 0)
+/// The rescan rule's input (`Skipped`) from the summary flags of the
+/// sleepers a walk passed over.
+fn skipped(passed: u32) -> Skipped {
+    Skipped {
+        waits_for_zero: passed & summary::ZERO != 0,
+        uses_undo: passed & summary::UNDO != 0,
+        has_nowait: passed & summary::NOWAIT != 0,
+    }
 }
 
 /// How a retry of one sleeper ended.
@@ -352,7 +344,13 @@ impl Locked<'_> {
                         // head while the global list is in use, or after a
                         // complex sleeper.
                         let restarts = (global && walk.alters > 0) || walk.ops.len() > 1;
-                        let may_unblock = passed && may_unblock(&walk.ops, passed_flags);
+                        // The rescan rule (`Skipped::may_run_after`): whether
+                        // the completion can have let a passed sleeper through,
+                        // or made it fail, which the kernel would find before
+                        // the walk reaches later sleepers. Otherwise each still
+                        // blocks, perhaps on another operation, which the
+                        // walk's last pass finds.
+                        let may_unblock = passed && skipped(passed_flags).may_run_after(&walk.ops);
                         walk.cursor = i;
                         self.after_completion(walk);
                         i = walk.cursor;
