@@ -89,7 +89,12 @@ impl SetShared {
         };
         let attempt = self.perform(held, &op);
         if let Attempt::Blocked(i) = attempt {
-            sleeper.blocking.store(i as u32, Ordering::Relaxed);
+            // Written only when it moved: a store would take the node's line
+            // from every other cache, and the next waker, likely on another
+            // CPU, would miss on it in full instead of reading a shared copy.
+            if sleeper.blocking.load(Ordering::Relaxed) != i as u32 {
+                sleeper.blocking.store(i as u32, Ordering::Relaxed);
+            }
         }
         attempt
     }

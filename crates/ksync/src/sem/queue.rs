@@ -270,9 +270,15 @@ pub(super) fn sem_bit(num: usize) -> u64 {
     1 << (num % 64)
 }
 
+/// Operations a [`Sleeper`] keeps a copy of: as many as fit in its line
+/// beside the other fields. Calls on two semaphores (`ksync-lab dining`)
+/// are the common case past one.
+const INLINE_OPS: usize = 3;
+
 // The fields a waker reads share one line.
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Sleeper>() == 64);
+const _: () = assert!(super::SEMOPM <= u16::MAX as usize);
 
 /// One blocked `semop` call, alone on its cache line: a waker reads it and
 /// swaps its status with one miss.
@@ -280,11 +286,13 @@ const _: () = assert!(core::mem::size_of::<Sleeper>() == 64);
 pub(super) struct Sleeper {
     /// See the module documentation.
     pub(super) status: AtomicU32,
-    /// The operation of a single-operation call, copied here so that its
-    /// waker reads one line, not the caller's slice as well.
-    one: SemBuf,
+    /// The operations of a call of up to [`INLINE_OPS`], copied here so
+    /// that a waker evaluating it reads one line, not also the caller's
+    /// slice, which lies on the caller's stack, last touched on its CPU.
+    inline: [SemBuf; INLINE_OPS],
+    /// The caller's slice, read only for calls of more than [`INLINE_OPS`].
     sops: *const SemBuf,
-    nsops: usize,
+    nsops: u16,
     undo: *const UndoEntry,
     /// Index of the operation it is blocked on, refreshed by every waker that
     /// re-evaluates it (GETNCNT and GETZCNT count only that one).
@@ -315,9 +323,10 @@ impl Sleeper {
     ) -> Self {
         Sleeper {
             status: AtomicU32::new(PENDING),
-            one: sops.first().copied().unwrap_or_default(),
+            inline: core::array::from_fn(|i| sops.get(i).copied().unwrap_or_default()),
             sops: sops.as_ptr(),
-            nsops: sops.len(),
+            // At most SEMOPM (500): the call checked it before it queued.
+            nsops: sops.len() as u16,
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
             blocking: AtomicU32::new(blocking as u32),
             dupsop,
@@ -361,11 +370,12 @@ impl Sleeper {
     /// The node is queued (or is the caller's own), so its owner is still
     /// inside the call and the slice it points to is alive.
     pub(super) unsafe fn sops(&self) -> &[SemBuf] {
-        if self.nsops == 1 {
-            return core::slice::from_ref(&self.one);
+        let n = usize::from(self.nsops);
+        if n <= INLINE_OPS {
+            return &self.inline[..n];
         }
         // SAFETY: per the caller's contract the owner's slice is alive.
-        unsafe { core::slice::from_raw_parts(self.sops, self.nsops) }
+        unsafe { core::slice::from_raw_parts(self.sops, n) }
     }
 
     /// The undo adjustments of the blocked call, if it uses `SEM_UNDO`.
