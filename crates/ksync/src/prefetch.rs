@@ -31,3 +31,27 @@ pub(crate) fn for_write<T>(p: *const T) {
     #[cfg(any(loom, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     let _ = p;
 }
+
+/// Asks for the cache line holding `p`, for reading: it arrives shared, so
+/// the caches that hold it keep their copies. For lines a scan reads and
+/// mostly leaves alone. Where the CPU has no such instruction, nothing
+/// happens.
+#[inline(always)]
+// The address is only a hint to the cache, never dereferenced.
+#[allow(clippy::pointers_in_nomem_asm_block)]
+pub(crate) fn for_read<T>(p: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: PREFETCHT0 only hints the cache; it never faults, even on an
+    // unmapped address, and reads or writes no register or memory the
+    // program can see.
+    unsafe {
+        core::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+    }
+    #[cfg(all(target_arch = "aarch64", not(loom)))]
+    // SAFETY: PRFM is a hint that never faults and writes nothing.
+    unsafe {
+        core::arch::asm!("prfm pldl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+    }
+    #[cfg(any(loom, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    let _ = p;
+}
