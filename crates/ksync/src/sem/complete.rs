@@ -79,7 +79,7 @@ impl Skipped {
 /// evaluation takes tens of nanoseconds, a miss to another CPU's cache
 /// about a hundred), near enough that the few first entries, which the scan
 /// reaches before any prefetch could help, stay few.
-pub(super) const SCAN_PREFETCH_AHEAD: usize = 4;
+const SCAN_PREFETCH_AHEAD: usize = 4;
 
 impl SetShared {
     /// Re-evaluates a queued sleeper.

@@ -51,8 +51,7 @@ use super::engine::Locked;
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
 use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
-use crate::prefetch;
-use crate::sem::complete::{Skipped, SCAN_PREFETCH_AHEAD};
+use crate::sem::complete::Skipped;
 use crate::sem::counters::Counters;
 use crate::sem::{SemBuf, SemError};
 
@@ -319,13 +318,6 @@ impl Locked<'_> {
         let mut look_again = false;
         loop {
             while i < walk.queue.len() {
-                // Each sleeper's slot is a page of its own, so reading it
-                // is a miss (and often a TLB miss); asked for a few
-                // sleepers ahead, those overlap the evaluations. (A slot the
-                // summary rules out is asked for in vain: a hint, no more.)
-                if let Some(&ahead) = walk.queue.get(i + SCAN_PREFETCH_AHEAD) {
-                    prefetch::for_read(self.map.word(self.map.layout.sleeper(ahead, 0)));
-                }
                 let summary = walk.summaries[i];
                 let eligible = match Kind::of(summary) {
                     // A semaphore's own list holds decrements only: none can
