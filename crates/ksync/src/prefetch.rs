@@ -11,25 +11,8 @@
 /// the compare-and-swap or store that follows needs no second trip. Where
 /// the CPU has no such instruction, nothing happens.
 #[inline(always)]
-// The address is only a hint to the cache, never dereferenced.
-#[allow(clippy::pointers_in_nomem_asm_block)]
 pub(crate) fn for_write<T>(p: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHW only hints the cache; it never faults, even on an
-    // unmapped address, and reads or writes no register or memory the
-    // program can see (hence `nomem`: the compiler need not order memory
-    // around it). CPUs without it execute the encoding as a no-op (0F 0D is
-    // a reserved NOP).
-    unsafe {
-        core::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
-    }
-    #[cfg(all(target_arch = "aarch64", not(loom)))]
-    // SAFETY: PRFM is a hint that never faults and writes nothing.
-    unsafe {
-        core::arch::asm!("prfm pstl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
-    }
-    #[cfg(any(loom, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
-    let _ = p;
+    hint::<true, T>(p);
 }
 
 /// Asks for the cache line holding `p`, for reading: it arrives shared, so
@@ -37,20 +20,35 @@ pub(crate) fn for_write<T>(p: *const T) {
 /// mostly leaves alone. Where the CPU has no such instruction, nothing
 /// happens.
 #[inline(always)]
+pub(crate) fn for_read<T>(p: *const T) {
+    hint::<false, T>(p);
+}
+
+#[inline(always)]
 // The address is only a hint to the cache, never dereferenced.
 #[allow(clippy::pointers_in_nomem_asm_block)]
-pub(crate) fn for_read<T>(p: *const T) {
+fn hint<const WRITE: bool, T>(p: *const T) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHT0 only hints the cache; it never faults, even on an
-    // unmapped address, and reads or writes no register or memory the
-    // program can see.
+    // SAFETY: PREFETCHW and PREFETCHT0 only hint the cache; they never
+    // fault, even on an unmapped address, and read or write no register or
+    // memory the program can see (hence `nomem`: the compiler need not
+    // order memory around them). CPUs without PREFETCHW execute its encoding
+    // as a no-op (0F 0D is a reserved NOP).
     unsafe {
-        core::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        if WRITE {
+            core::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        } else {
+            core::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        }
     }
     #[cfg(all(target_arch = "aarch64", not(loom)))]
     // SAFETY: PRFM is a hint that never faults and writes nothing.
     unsafe {
-        core::arch::asm!("prfm pldl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        if WRITE {
+            core::arch::asm!("prfm pstl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        } else {
+            core::arch::asm!("prfm pldl1keep, [{}]", in(reg) p, options(nostack, preserves_flags, nomem));
+        }
     }
     #[cfg(any(loom, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     let _ = p;
