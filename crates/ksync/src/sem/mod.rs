@@ -55,10 +55,12 @@
 //!   plain store: two atomic instructions for two semaphores
 //!   (`SetShared::try_quiet`).
 //! * **Misses that overlap**: a post to many semaphores prefetches their
-//!   words and their first sleepers' nodes before it walks them, the nodes
-//!   sit side by side in a per-thread pool rather than one per stack page
-//!   (`node_pool.rs`), and the counters written without a lock sit apart
-//!   from those written under it (`crate::prefetch`).
+//!   words and their first sleepers' nodes before it walks them, a scan of a
+//!   wait list asks for each node a few entries ahead, the nodes sit side by
+//!   side in a per-thread pool rather than one per stack page
+//!   (`node_pool.rs`) and carry a copy of calls of up to three operations,
+//!   and the counters written without a lock sit apart from those written
+//!   under it (`crate::prefetch`).
 //! * **Bulk wake-ups in one system call** (`crate::futex_batch`): the one thing the kernel does
 //!   cheaper than user space is waking many sleepers: it wakes 64 tasks
 //!   inside one `semop`, while a futex-based set pays one `FUTEX_WAKE` per
