@@ -153,6 +153,7 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
             o.per_burn(u.voluntary_switches),
             o.per_burn(u.involuntary_switches)
         ),
+        format!("main thread on a CPU {:.2} of the run", o.main_cpu_share()),
     ];
     if let Some(e) = o.events {
         cost.extend(
@@ -305,7 +306,8 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     .metric(
         "involuntary_switches_per_burn",
         per_burn(o.usage.involuntary_switches),
-    );
+    )
+    .metric("main_cpu_share", o.main_cpu_share());
     if let Some(p) = config.processes {
         r = r.param("processes", p);
     }
@@ -430,6 +432,7 @@ fn breakdown(points: &[Measured]) -> Table {
         "wake calls",
         "lock waits",
         "polls",
+        "main on cpu",
     ]);
     for m in points {
         table.row(vec![
@@ -442,6 +445,7 @@ fn breakdown(points: &[Measured]) -> Table {
             m.show_or_dash("wake_calls_per_burn", 3),
             m.show_or_dash("lock_waits_per_burn", 3),
             m.show_or_dash("polls_per_burn", 1),
+            m.show_or_dash("main_cpu_share", 2),
         ]);
     }
     table.note(format!(
@@ -452,7 +456,10 @@ fn breakdown(points: &[Measured]) -> Table {
          the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
          semtimedop per burn and its share of the poster's calls). Wake-ups shared out among \
          the woken (ksync-sem and futex-batch; on by default with 4 or more CPUs, \
-         KSYNC_WAKE_SHARING=0|1): {} in this run; wake calls then include the woken's.",
+         KSYNC_WAKE_SHARING=0|1): {} in this run; wake calls then include the woken's. \
+         main on cpu: the posting main thread's CPU time over the run's; it never sleeps, so \
+         below 1 it waited for a CPU (the main thread is not bound; the workers bound to the \
+         CPU it runs on take their turns), and a poster that waits posts less.",
         if ksync::futex_batch::sharing() { "on" } else { "off" }
     ));
     table

@@ -23,10 +23,15 @@ fn duration(t: libc::timeval) -> Duration {
 impl Usage {
     /// The whole process's usage so far (every thread, live or joined).
     pub fn now() -> Usage {
+        Usage::of(libc::RUSAGE_SELF)
+    }
+
+    fn of(who: libc::c_int) -> Usage {
         // SAFETY: rusage is plain old data; all-zero is a valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF cannot fail.
-        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF and
+        // RUSAGE_THREAD cannot fail.
+        let rc = unsafe { libc::getrusage(who, &mut ru) };
         if rc != 0 {
             return Usage::default();
         }
@@ -36,6 +41,11 @@ impl Usage {
             voluntary_switches: ru.ru_nvcsw.max(0) as u64,
             involuntary_switches: ru.ru_nivcsw.max(0) as u64,
         }
+    }
+
+    /// The calling thread's usage so far (`RUSAGE_THREAD`).
+    pub fn thread_now() -> Usage {
+        Usage::of(libc::RUSAGE_THREAD)
     }
 
     /// The usage of two processes together.

@@ -173,6 +173,10 @@ pub struct Outcome {
     pub events: Option<WaitEvents>,
     /// The process's CPU time and context switches over the run.
     pub usage: Usage,
+    /// The main thread's over the run. It never sleeps (it looks for ready
+    /// workers until the clock stops), so its CPU time short of the run's is
+    /// time it waited for a CPU.
+    pub main_usage: Usage,
     /// ksync only: the sets' lock statistics over the run (the array lock
     /// Spraul instrumented is the global one).
     pub lock_stats: Option<LockStatSnapshot>,
@@ -192,6 +196,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The main thread's CPU time over the run's: 1 if it had a CPU all the
+    /// time; below, it waited for one (the workers bound to its CPU ran).
+    pub fn main_cpu_share(&self) -> f64 {
+        (self.main_usage.user + self.main_usage.system).as_secs_f64()
+            / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
     pub fn total(&self) -> u64 {
         self.worker_burns.iter().sum()
     }
@@ -491,6 +502,7 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
     let events_before = shared.events();
     shared.sets.iter().for_each(B::reset_lock_stats);
     let usage_before = Usage::now();
+    let main_before = Usage::thread_now();
     let start = Instant::now();
     // Workers still starting run on the clock: a run in which the first few
     // cycle fast while the rest have not run yet is not the steady state
@@ -514,6 +526,7 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         }
     }
     let elapsed = start.elapsed();
+    let main_usage = Usage::thread_now().since(main_before);
     let usage = Usage::now().since(usage_before);
     let idle = shared.idle_workers();
     let lock_stats = shared
@@ -548,6 +561,7 @@ pub fn run<B: SemBackend>(config: &Config) -> Result<Outcome, String> {
         counters,
         events,
         usage: usage.plus(children_usage),
+        main_usage,
         lock_stats,
         unbound: shared.flags().unbound.load(Ordering::Relaxed),
         idle,
@@ -817,6 +831,13 @@ mod tests {
             assert_eq!(o.worker_burns.len(), 6);
             assert!(o.total() > 0 && o.main_burns > 0, "{o:?}");
             assert!(o.post_calls > 0, "{o:?}");
+            // The main thread's own time: it ran, and no more than one CPU's
+            // worth (the whole process's would be more, with six workers).
+            let share = o.main_cpu_share();
+            assert!(
+                share > 0.0 && share <= 1.05,
+                "main thread's CPU share {share}: {o:?}"
+            );
         }
     }
 
@@ -836,6 +857,7 @@ mod tests {
                 ..WaitEvents::default()
             }),
             usage: Usage::default(),
+            main_usage: Usage::default(),
             lock_stats: None,
             unbound: 0,
             processes: None,
