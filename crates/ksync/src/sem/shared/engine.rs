@@ -197,13 +197,7 @@ impl<'a> Locked<'a> {
             tail => tx.write(layout.link(tail - 1), slot as u32 + 1),
         }
         tx.write(header::QUEUE_TAIL, slot as u32 + 1);
-        if sops.len() > 1 {
-            let complex = self.map.load(header::COMPLEX);
-            tx.write(header::COMPLEX, complex + 1);
-            if sops.iter().all(|s| s.op == 0) {
-                self.count_complex_zero(&mut tx, true);
-            }
-        }
+        self.count_complex(&mut tx, sops, true);
         for sop in sops {
             let num = usize::from(sop.num);
             let count = self.map.load(layout.waiter_count(num));
@@ -308,19 +302,16 @@ impl<'a> Locked<'a> {
             tx.write(layout.waiter_count(num), count.saturating_sub(1));
             self.touched.push(num);
         }
-        if ops.len() > 1 {
-            let complex = self.map.load(header::COMPLEX);
-            tx.write(header::COMPLEX, complex.saturating_sub(1));
-            if ops.iter().all(|s| s.op == 0) {
-                self.count_complex_zero(tx, false);
-            }
-        }
+        self.count_complex(tx, ops, false);
         tx.write(layout.sleeper(slot, sleeper::RESULT), result);
         tx.write(layout.sleeper(slot, sleeper::STATE), SLEEPER_DONE);
     }
 
-    /// Counts a complex wait-for-zero sleeper in (`queued`) or out. The
-    /// first one in and the last one out change every semaphore's flags.
+    /// Counts a sleeper of `ops` in (`queued`) or out of the complex
+    /// counts, in `tx`: a sleeper of several operations in `COMPLEX`, and
+    /// one whose operations all wait for zero in `COMPLEX_ZERO` too. The
+    /// first one into `COMPLEX_ZERO` and the last one out change every
+    /// semaphore's flags.
     ///
     /// Why every semaphore: when any semaphore a call changed reaches zero,
     /// the kernel evaluates every complex wait-for-zero sleeper again, and
@@ -328,16 +319,25 @@ impl<'a> Locked<'a> {
     /// now blocks, whether or not the sleeper names that semaphore. A
     /// lock-free operation would change a value without that walk
     /// (`wake.rs`), so while such sleepers exist every call takes the lock.
-    fn count_complex_zero(&mut self, tx: &mut Tx<'_>, queued: bool) {
-        let count = self.map.load(header::COMPLEX_ZERO);
-        let next = if queued {
-            count + 1
-        } else {
-            count.saturating_sub(1)
+    fn count_complex(&mut self, tx: &mut Tx<'_>, ops: &[SemBuf], queued: bool) {
+        if ops.len() < 2 {
+            return;
+        }
+        let step = |count: u32| {
+            if queued {
+                count + 1
+            } else {
+                count.saturating_sub(1)
+            }
         };
-        tx.write(header::COMPLEX_ZERO, next);
-        if (count == 0) != (next == 0) {
-            self.touched.extend(0..self.layout().nsems);
+        tx.write(header::COMPLEX, step(self.map.load(header::COMPLEX)));
+        if ops.iter().all(|s| s.op == 0) {
+            let count = self.map.load(header::COMPLEX_ZERO);
+            let next = step(count);
+            tx.write(header::COMPLEX_ZERO, next);
+            if (count == 0) != (next == 0) {
+                self.touched.extend(0..self.layout().nsems);
+            }
         }
     }
 
@@ -601,7 +601,7 @@ impl Drop for Locked<'_> {
             self.touched.clear();
         }
         // Every semaphore goes through the lock while complex wait-for-zero
-        // sleepers exist (`count_complex_zero`).
+        // sleepers exist (`count_complex`).
         let all_closed = self.map.load(header::COMPLEX_ZERO) > 0;
         for &num in &self.touched {
             let flags = if all_closed || self.map.load(layout.waiter_count(num)) > 0 {

@@ -164,13 +164,8 @@ pub(super) mod summary {
 
     /// The summary of `sops` (semaphore numbers below `SEMMSL`).
     pub(crate) fn of(sops: &[SemBuf]) -> u32 {
-        let zero = if sops.iter().any(|s| s.op == 0) {
-            ZERO
-        } else {
-            0
-        };
         let flag = |has: bool, bit: u32| if has { bit } else { 0 };
-        let flags = zero
+        let flags = flag(sops.iter().any(|s| s.op == 0), ZERO)
             | flag(sops.iter().any(|s| s.op != 0), ALTER)
             | flag(sops.iter().any(|s| s.flags & IPC_NOWAIT != 0), NOWAIT)
             | flag(sops.iter().any(|s| s.flags & SEM_UNDO != 0), UNDO);

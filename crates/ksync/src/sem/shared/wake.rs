@@ -40,7 +40,7 @@
 //! change of a value under the lock ends in a walk that evaluates the alter
 //! sleepers of the semaphores it changed (the lock-free path never changes
 //! a semaphore a sleeper names, nor any semaphore while complex
-//! wait-for-zero sleepers exist: `Locked::count_complex_zero`). It does not
+//! wait-for-zero sleepers exist: `Locked::count_complex`). It does not
 //! hold for wait-for-zero
 //! sleepers, which the kernel looks at only when a changed semaphore is
 //! zero: those are evaluated whenever the kernel would. A walk numbers its
