@@ -33,7 +33,8 @@ mod sem_common;
 use common::wait_until;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMVMX, SEM_UNDO};
 use sem_common::{
-    finish, my_pid, sb, sysv_available, KernelSet, RmOnPanic, Sems, UndoChild, Watchdog,
+    allowed_cpus, finish, my_pid, pin, sb, sysv_available, KernelSet, RmOnPanic, Sems, UndoChild,
+    Watchdog,
 };
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -1354,26 +1355,38 @@ fn counters_count_wakeups() {
 }
 
 /// A post that completes many parked sleepers shares its wake-ups out among
-/// the woken (on by default only with 4 or more CPUs; forced on here, for
-/// this whole test binary, so that every machine runs it). Every sleeper
-/// must return, round after round: a wake that the poster and its helpers
-/// both left to the other would leave one asleep, and the watchdog fires.
+/// the woken, in both ways sharing has (by default `Any` only with 4 or
+/// more CPUs and `Local` with 2 or 3; forced here, for this whole test
+/// binary, so that every machine runs both). The sleepers are pinned round
+/// robin over the CPUs, so that `Local` sends a leader to each other CPU.
+/// Every sleeper must return, round after round: a wake that the poster and
+/// its helpers both left to the other would leave one asleep, and the
+/// watchdog fires.
 #[test]
 fn a_post_shares_its_wake_ups_out_and_every_sleeper_returns() {
+    use ksync::futex_batch::{set_sharing_mode, SharingMode};
     let _dog = Watchdog::arm(
         "a_post_shares_its_wake_ups_out_and_every_sleeper_returns",
         Duration::from_secs(60),
     );
-    ksync::futex_batch::set_sharing(true);
     const SLEEPERS: usize = 24;
+    let cpus = allowed_cpus();
     let s = SemSet::new(SLEEPERS).unwrap();
     thread::scope(|sc| {
         let _rm = RmOnPanic(&s);
-        for _round in 0..20 {
+        for round in 0..20 {
+            set_sharing_mode(if round % 2 == 0 {
+                SharingMode::Any
+            } else {
+                SharingMode::Local
+            });
             let hs: Vec<_> = (0..SLEEPERS)
                 .map(|k| {
-                    let s = &s;
-                    sc.spawn(move || s.semop(&[sb(k as u16, -1, 0)]))
+                    let (s, cpu) = (&s, cpus[k % cpus.len()]);
+                    sc.spawn(move || {
+                        pin(cpu);
+                        s.semop(&[sb(k as u16, -1, 0)])
+                    })
                 })
                 .collect();
             for k in 0..SLEEPERS {

@@ -42,6 +42,7 @@ mod common;
 mod sem_common;
 
 use common::PATIENCE;
+use ksync::futex_batch::SharingMode;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
 use libc::{EAGAIN, EIDRM, ERANGE};
 use sem_common::{first_allowed_cpu, pin, stress_seed, Rng, Sems, SharedSet};
@@ -376,16 +377,23 @@ fn watchdog<S: Set>(shared: &Shared<S>, seed: u64, done: &AtomicBool) {
     }
 }
 
+/// Runs of this binary take turns: each sets how posts share their
+/// wake-ups out, which is process-wide.
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// One run on `set`: workers, the controller and the watchdog for `run`,
 /// then the set's removal. `one_cpu` pins every thread to the same CPU.
-fn run_once<S: Set>(test: &str, set: S, run: Duration, one_cpu: bool) {
-    // Posts share their wake-ups out among the woken in these runs (by
-    // default only with 4 or more CPUs), so that a wake lost between a
-    // poster and its helpers shows here on any machine.
-    ksync::futex_batch::set_sharing(true);
+/// Posts share their wake-ups out as `sharing` says, whatever the machine's
+/// default, so that a wake lost between a poster and its helpers shows here
+/// on any machine.
+fn run_once<S: Set>(test: &str, set: S, run: Duration, one_cpu: bool, sharing: SharingMode) {
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    ksync::futex_batch::set_sharing_mode(sharing);
     let seed = stress_seed(test);
     let cpu = one_cpu.then(first_allowed_cpu);
-    let test = format!("{test}, {}", S::NAME);
+    let test = format!("{test}, {}, wake-ups shared {sharing:?}", S::NAME);
     let test = test.as_str();
     let shared = Arc::new(Shared::new(set));
     let workers: Vec<_> = (0..WORKERS)
@@ -472,12 +480,37 @@ fn new_set() -> SemSet {
 
 #[test]
 fn no_sleeper_is_left_blocked_on_one_cpu() {
-    run_once("one CPU", new_set(), Duration::from_secs(2), true);
+    run_once(
+        "one CPU",
+        new_set(),
+        Duration::from_secs(2),
+        true,
+        SharingMode::Any,
+    );
 }
 
 #[test]
 fn no_sleeper_is_left_blocked_on_all_cpus() {
-    run_once("all CPUs", new_set(), Duration::from_secs(2), false);
+    run_once(
+        "all CPUs",
+        new_set(),
+        Duration::from_secs(2),
+        false,
+        SharingMode::Any,
+    );
+}
+
+/// As above, with each post's wake-ups kept on their sleepers' CPUs: a
+/// leader per CPU wakes the others there, the poster whatever is left.
+#[test]
+fn no_sleeper_is_left_blocked_on_all_cpus_when_wakes_stay_on_their_cpu() {
+    run_once(
+        "all CPUs",
+        new_set(),
+        Duration::from_secs(2),
+        false,
+        SharingMode::Local,
+    );
 }
 
 #[test]
@@ -487,6 +520,7 @@ fn no_sleeper_of_a_shared_set_is_left_blocked_on_one_cpu() {
         SharedSet::create(NSEMS),
         Duration::from_secs(2),
         true,
+        SharingMode::Any,
     );
 }
 
@@ -497,6 +531,7 @@ fn no_sleeper_of_a_shared_set_is_left_blocked_on_all_cpus() {
         SharedSet::create(NSEMS),
         Duration::from_secs(2),
         false,
+        SharingMode::Any,
     );
 }
 
@@ -510,16 +545,22 @@ fn liveness_for_minutes() {
     let start = Instant::now();
     let mut round = 0u32;
     while start.elapsed() < Duration::from_secs(secs) {
-        // One CPU and all of them, on each kind of set in turn.
+        // One CPU and all of them, on each kind of set, with each way of
+        // sharing wake-ups out, in turn.
         let (test, run, one_cpu) = (
             format!("round {round}"),
             Duration::from_secs(5),
             round.is_multiple_of(2),
         );
-        if round % 4 < 2 {
-            run_once(&test, new_set(), run, one_cpu);
+        let sharing = if round % 8 < 4 {
+            SharingMode::Any
         } else {
-            run_once(&test, SharedSet::create(NSEMS), run, one_cpu);
+            SharingMode::Local
+        };
+        if round % 4 < 2 {
+            run_once(&test, new_set(), run, one_cpu, sharing);
+        } else {
+            run_once(&test, SharedSet::create(NSEMS), run, one_cpu, sharing);
         }
         round += 1;
     }

@@ -265,7 +265,7 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         config.main_cpu.map_or("none".into(), |c| c.to_string()),
     )
     .param("pause_s", config.pause.as_secs_f64())
-    .param("wake_sharing", ksync::futex_batch::sharing())
+    .param("wake_sharing", sharing_name())
     .metric("burns_per_s", o.burns_per_sec())
     .metric("ops_per_s", o.burns_per_sec())
     .metric("worker_burns", o.total() as f64)
@@ -455,14 +455,25 @@ fn breakdown(points: &[Measured]) -> Table {
          lock waits (an internal lock found taken) and polls (looks at a word before sleeping): \
          the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
          semtimedop per burn and its share of the poster's calls). Wake-ups shared out among \
-         the woken (ksync-sem and futex-batch; on by default with 4 or more CPUs, \
-         KSYNC_WAKE_SHARING=0|1): {} in this run; wake calls then include the woken's. \
+         the woken (ksync-sem and futex-batch; KSYNC_WAKE_SHARING=0|1|local, by default \
+         `any` with 4 or more CPUs, `local` with 2 or 3: a leader woken on each CPU wakes \
+         the others there): {} in this run; wake calls then include the woken's. \
          main on cpu: the posting main thread's CPU time over the run's; it never sleeps, so \
          below 1 it waited for a CPU (the main thread is not bound; the workers bound to the \
          CPU it runs on take their turns), and a poster that waits posts less.",
-        if ksync::futex_batch::sharing() { "on" } else { "off" }
+        sharing_name()
     ));
     table
+}
+
+/// How posts share their wake-ups out in this run, as the tables name it.
+fn sharing_name() -> &'static str {
+    use ksync::futex_batch::SharingMode;
+    match ksync::futex_batch::sharing_mode() {
+        SharingMode::Off => "off",
+        SharingMode::Any => "any",
+        SharingMode::Local => "local",
+    }
 }
 
 /// `ksync-lab sembench`: each backend's sembench lines, then a comparison

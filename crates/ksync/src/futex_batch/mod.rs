@@ -28,11 +28,13 @@
 //! sizes for the CPUs, not for the sleepers. [`note_sleeping_thread`]
 //! (`hash.rs`) grows it as threads start sleeping on words woken here.
 //!
-//! Where the machine has CPUs to spare, a poster need not make every wake
-//! itself: [`Spread`] (`spread.rs`) shares a post's wakes out among the
-//! sleepers it wakes first, each of which claims and wakes a few more before
-//! it returns, while the poster claims the rest. [`sharing`] says whether
-//! posts do (by default with 4 or more CPUs).
+//! A poster need not make every wake itself: [`Spread`] (`spread.rs`)
+//! shares a post's wakes out among the sleepers it wakes first, each of
+//! which wakes a few more before it returns, while the poster takes the
+//! rest. Where the machine has CPUs to spare, any woken sleeper claims any
+//! words; on 2 or 3 CPUs, a leader woken on each CPU wakes the others of
+//! its CPU, since a wake onto one's own CPU costs no IPI. [`sharing_mode`]
+//! says which.
 //!
 //! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:
 //! four structures and a dozen constants of `include/uapi/linux/io_uring.h`,
@@ -157,7 +159,10 @@ mod spread;
 #[cfg(all(not(loom), target_os = "linux"))]
 mod uring;
 
-pub use spread::{set_sharing, sharing, Board, Handle, Spread};
+pub use spread::{
+    set_sharing, set_sharing_mode, sharing, sharing_mode, this_cpu, Board, Handle, SharingMode,
+    Spread, UNKNOWN_CPU,
+};
 
 #[cfg(all(not(loom), target_os = "linux"))]
 pub use hash::note_sleeping_thread;

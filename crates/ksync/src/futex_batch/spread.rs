@@ -26,9 +26,30 @@
 //! words themselves are futex keys only, as for any batched wake: a wake that
 //! reaches a later call's word at the same address is spurious.
 //!
-//! Where no CPU is idle, sharing out costs more than it saves (the same
-//! wakes, in more and smaller system calls), so it is on by default only
-//! with 4 or more CPUs ([`sharing`], [`set_sharing`]).
+//! Where no CPU is idle, sharing out that way costs more than it saves (the
+//! same wakes, in more and smaller system calls). What does pay there is
+//! where each wake is made. Waking a thread onto another CPU costs the
+//! waker an IPI: on a 2-CPU KVM guest, 2 to 3 us of the waker's CPU per
+//! wake, against 0.6 to 0.7 us for a wake onto its own CPU. And the thread
+//! it wakes is about to run on that other CPU anyway.
+//!
+//! So [`SharingMode::Local`] keeps wake-ups on their CPU. Each sleeper says
+//! where it sleeps ([`this_cpu`], when its call queues), and the poster
+//! hands the second sleeper of each other CPU a handle. That leader, once
+//! running there, wakes the third and later sleepers of its CPU, each a
+//! wake onto its own CPU. The poster makes two batched wakes: first the
+//! leaders, then each CPU's first sleeper (which may hold what others wait
+//! for, so it is not kept waiting for its leader), its own CPU's sleepers
+//! and those of CPUs with no leader; then whatever the leaders have not
+//! taken by then, so that nothing waits for a leader the scheduler has not
+//! run. Each entry is taken by swapping its word out, so it is woken once,
+//! by whoever takes it first. A post with at most two sleepers on each
+//! other CPU gives no handle and wakes its board in one batch, without
+//! claims, as a post without sharing does.
+//!
+//! [`sharing_mode`] says which way posts share: [`SharingMode::Any`] by
+//! default with 4 or more CPUs, [`SharingMode::Local`] with 2 or 3, off
+//! with one.
 //!
 //! The board is reference-counted: the poster holds a large bias while it
 //! drains, each handle one. The poster counts the handles it gives out in
@@ -41,7 +62,8 @@
 //! wakes one sleeper allocates nothing.
 //!
 //! Barriers: the release store of `len` in [`Spread::push`] pairs with the
-//! acquire load of `len` in [`Board::claim`] (a claimed entry was written);
+//! acquire loads of `len` in [`Board::claim`] and `Board::take` (an entry
+//! claimed or taken was written, its tag included);
 //! the handle is published by the caller's own release (for `ksync::sem`,
 //! the status swap that delivers the result) and read after the sleeper's
 //! acquire of that status; the reference count's `AcqRel` decrements order
@@ -50,7 +72,7 @@
 use core::ops::Range;
 use core::ptr::NonNull;
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, UnsafeCell};
 
 /// Words a board holds; a post that owes more wakes the rest itself, batched.
 #[cfg(not(loom))]
@@ -77,63 +99,168 @@ const MAX_CHUNK: usize = if POSTER_CHUNK > HELPER_CHUNK {
 const POSTER_BIAS: usize = 1 << (usize::BITS - 2);
 
 /// The fewest CPUs this process may run on for posts to share their
-/// wake-ups out by default. Sharing out pays where the woken land on idle
-/// CPUs; where every CPU is busy, the wakes cost their CPU time wherever
-/// they run, and spread over many helpers they take more system calls. On
-/// a 2-CPU guest, sembench with 250 workers fell from 0.82x to 0.74x the
-/// kernel with sharing on. On 4 and 8 CPUs of a 16-CPU guest (the process
-/// bound to them, which is what the default sees) the lab's floor rose
-/// from 0.84x-0.96x to 1.17x-1.38x the kernel (4) and from 0.97x to 1.41x
-/// (8), and `SemSet` from 0.85x to 1.28x (8); on all 16 it rose too
-/// (BENCHMARKS.md). 3 CPUs were not measured.
+/// wake-ups out with [`SharingMode::Any`] by default. That pays where the
+/// woken land on idle CPUs; where every CPU is busy, the wakes cost their
+/// CPU time wherever they run, and spread over many helpers they take more
+/// system calls. On a 2-CPU guest, sembench with 250 workers fell from
+/// 0.82x to 0.74x the kernel with it. On 4 and 8 CPUs of a 16-CPU guest
+/// (the process bound to them, which is what the default sees) the lab's
+/// floor rose from 0.84x-0.96x to 1.17x-1.38x the kernel (4) and from 0.97x
+/// to 1.41x (8), and `SemSet` from 0.85x to 1.28x (8); on all 16 it rose
+/// too (BENCHMARKS.md). 3 CPUs were not measured. Below this,
+/// [`SharingMode::Local`]: on the 2-CPU guest it took sembench with 250
+/// workers from 0.79x to 1.43x the kernel (`SemSet`) and the floor from
+/// 0.81x to 1.65x; it has not been measured with more CPUs yet.
 const SHARING_MIN_CPUS: usize = 4;
 
-/// The environment variable that decides sharing: `0` off, any other
-/// non-empty value on; unset or empty, by [`SHARING_MIN_CPUS`].
+/// The environment variable that decides sharing: `0` off, `local`
+/// [`SharingMode::Local`], any other non-empty value [`SharingMode::Any`];
+/// unset or empty, by [`SHARING_MIN_CPUS`].
 const SHARING_ENV: &str = "KSYNC_WAKE_SHARING";
 
 const SHARING_UNKNOWN: u32 = 0;
 const SHARING_ON: u32 = 1;
 const SHARING_OFF: u32 = 2;
+const SHARING_LOCAL: u32 = 3;
 
 static SHARING: crate::sync::unmodelled::AtomicU32 =
     crate::sync::unmodelled::AtomicU32::new(SHARING_UNKNOWN);
 
-/// Turns sharing wake-ups out on or off for every later post in the
-/// process, overriding the default (on with 4 or more CPUs, or as
-/// `KSYNC_WAKE_SHARING` says). Off, a poster wakes all its sleepers itself
-/// with one batched wake, as the kernel's `semtimedop` does.
-pub fn set_sharing(on: bool) {
-    SHARING.store(if on { SHARING_ON } else { SHARING_OFF }, Ordering::Relaxed);
+/// How a post's wake-ups are shared out ([`sharing_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharingMode {
+    /// The poster wakes every sleeper itself, in one batched wake, as the
+    /// kernel's `semtimedop` does.
+    Off,
+    /// Every woken sleeper that holds a handle claims a few of the words
+    /// left, wherever their sleepers are, while the poster claims the rest.
+    Any,
+    /// Wake-ups stay on the CPU they are for: a leader woken on each other
+    /// CPU wakes the third and later sleepers there, the poster the rest
+    /// and whatever the leaders have not taken. See the module
+    /// documentation.
+    Local,
 }
 
-/// Whether posts share their wake-ups out (see [`set_sharing`]). Under
-/// loom always, so that the models check the helpers.
+/// Turns sharing wake-ups out on or off for every later post in the
+/// process, overriding the default (see [`sharing_mode`]). On is
+/// [`SharingMode::Any`].
+pub fn set_sharing(on: bool) {
+    set_sharing_mode(if on {
+        SharingMode::Any
+    } else {
+        SharingMode::Off
+    });
+}
+
+/// Sets how every later post in the process shares its wake-ups out,
+/// overriding the default (see [`sharing_mode`]).
+pub fn set_sharing_mode(mode: SharingMode) {
+    SHARING.store(encode(mode), Ordering::Relaxed);
+}
+
+fn encode(mode: SharingMode) -> u32 {
+    match mode {
+        SharingMode::Off => SHARING_OFF,
+        SharingMode::Any => SHARING_ON,
+        SharingMode::Local => SHARING_LOCAL,
+    }
+}
+
+/// Whether posts share their wake-ups out in any way (see
+/// [`sharing_mode`]).
 pub fn sharing() -> bool {
+    sharing_mode() != SharingMode::Off
+}
+
+/// How posts share their wake-ups out: as [`set_sharing_mode`] last said,
+/// else as `KSYNC_WAKE_SHARING` says (`0` off, `local`
+/// [`SharingMode::Local`], any other non-empty value
+/// [`SharingMode::Any`]), else by the CPUs this process may run on:
+/// [`SharingMode::Any`] with 4 or more, [`SharingMode::Local`] with 2 or
+/// 3, off with one. Under loom always [`SharingMode::Any`], so that the
+/// models check the helpers.
+pub fn sharing_mode() -> SharingMode {
     if cfg!(loom) {
-        return true;
+        return SharingMode::Any;
     }
-    match SHARING.load(Ordering::Relaxed) {
-        SHARING_ON => true,
-        SHARING_OFF => false,
-        _ => {
-            let on = match std::env::var(SHARING_ENV).as_deref() {
-                Ok("0") => false,
-                Ok(v) if !v.is_empty() => true,
-                _ => {
-                    std::thread::available_parallelism().is_ok_and(|n| n.get() >= SHARING_MIN_CPUS)
-                }
-            };
-            // A racing `set_sharing` wins.
-            let _ = SHARING.compare_exchange(
-                SHARING_UNKNOWN,
-                if on { SHARING_ON } else { SHARING_OFF },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            SHARING.load(Ordering::Relaxed) == SHARING_ON
-        }
+    let mut decided = SHARING.load(Ordering::Relaxed);
+    if decided == SHARING_UNKNOWN {
+        let mode = match std::env::var(SHARING_ENV).as_deref() {
+            Ok("0") => SharingMode::Off,
+            Ok("local") => SharingMode::Local,
+            Ok(v) if !v.is_empty() => SharingMode::Any,
+            _ => match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+                n if n >= SHARING_MIN_CPUS => SharingMode::Any,
+                2.. => SharingMode::Local,
+                _ => SharingMode::Off,
+            },
+        };
+        // A racing `set_sharing_mode` wins.
+        let _ = SHARING.compare_exchange(
+            SHARING_UNKNOWN,
+            encode(mode),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        decided = SHARING.load(Ordering::Relaxed);
     }
+    match decided {
+        SHARING_OFF => SharingMode::Off,
+        SHARING_LOCAL => SharingMode::Local,
+        _ => SharingMode::Any,
+    }
+}
+
+/// A CPU nobody runs on: the sleeper did not say where it sleeps.
+pub const UNKNOWN_CPU: u32 = POSTERS - 1;
+
+/// In a board entry's tag ([`SharingMode::Local`]): its sleeper holds a
+/// handle and is the first the poster wakes on its CPU, so that it wakes the
+/// others there.
+const LEADER: u32 = 1 << 31;
+/// In a board entry's tag: the poster wakes it with the leaders, since no
+/// leader is sent to its CPU or it is on the poster's own, or it is the
+/// delivery before its CPU's leader (woken at once, as without sharing: it
+/// may hold what others wait for). Entries with neither flag are left to
+/// their CPU's leader, and to the poster's last batch.
+const POSTERS: u32 = 1 << 30;
+/// The flags of a tag.
+const ROLE: u32 = LEADER | POSTERS;
+
+/// The CPU the calling thread runs on, or [`UNKNOWN_CPU`]: for a sleeper
+/// about to sleep, where the kernel will most likely wake it.
+#[cfg(all(not(loom), target_os = "linux"))]
+pub fn this_cpu() -> u32 {
+    // glibc 2.35 and later read it from the thread's rseq area: a load, no
+    // system call.
+    // SAFETY: no arguments, no memory.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(UNKNOWN_CPU, |c| c.min(UNKNOWN_CPU))
+}
+
+/// The CPU the calling thread runs on, or [`UNKNOWN_CPU`].
+#[cfg(all(not(loom), not(target_os = "linux")))]
+pub fn this_cpu() -> u32 {
+    UNKNOWN_CPU
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    /// The CPU a model's thread pretends to run on.
+    static MODEL_CPU: core::cell::Cell<u32> = const { core::cell::Cell::new(UNKNOWN_CPU) };
+}
+
+/// Under loom: the CPU the model put this thread on ([`model_cpu`]).
+#[cfg(loom)]
+pub fn this_cpu() -> u32 {
+    MODEL_CPU.with(|c| c.get())
+}
+
+/// Under loom: puts the calling thread on `cpu`, as far as [`this_cpu`] says.
+#[cfg(all(test, loom))]
+fn model_cpu(cpu: u32) {
+    MODEL_CPU.with(|c| c.set(cpu));
 }
 
 /// Words owed a wake, and who has claimed how many.
@@ -143,9 +270,18 @@ pub struct Board {
     refs: AtomicUsize,
     /// Entries written; only the poster writes it.
     len: AtomicUsize,
-    /// The next entry to claim: entries below it are someone's to wake.
+    /// The next entry to claim: entries below it are someone's to wake
+    /// ([`SharingMode::Any`]).
     next: AtomicUsize,
+    /// Claims are by entry, each word swapped out by whoever takes it
+    /// ([`SharingMode::Local`]). Written only while the poster owns the
+    /// board alone, read by helpers after their handle's delivery.
+    local: UnsafeCell<bool>,
     words: [AtomicPtr<AtomicU32>; CAPACITY],
+    /// Per entry: the CPU its sleeper sleeps on, with [`LEADER`] or
+    /// [`POSTERS`] ([`SharingMode::Local`]). Written before the entry is
+    /// published (`len`), read only after.
+    tags: [UnsafeCell<u32>; CAPACITY],
 }
 
 impl Board {
@@ -154,8 +290,42 @@ impl Board {
             refs: AtomicUsize::new(POSTER_BIAS),
             len: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
+            local: UnsafeCell::new(false),
             words: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            tags: core::array::from_fn(|_| UnsafeCell::new(UNKNOWN_CPU)),
         }
+    }
+
+    /// [`SharingMode::Local`]: takes every entry nobody has taken whose tag
+    /// `pick` accepts, each by swapping its word out, so that it is taken
+    /// once, and appends the words to `taken`.
+    fn take(&self, mut pick: impl FnMut(u32) -> bool, taken: &mut Taken) {
+        // Pairs with the release store in `Spread::push_ptr_on`: entries
+        // below `len` are written, tags included.
+        let len = self.len.load(Ordering::Acquire);
+        for i in 0..len {
+            // A taken entry is passed over without a read-modify-write.
+            if self.words[i].load(Ordering::Relaxed).is_null() || !pick(self.tag(i)) {
+                continue;
+            }
+            let word = self.words[i].swap(core::ptr::null_mut(), Ordering::Relaxed);
+            if !word.is_null() {
+                taken.words[taken.len] = word.cast_const();
+                taken.len += 1;
+            }
+        }
+    }
+
+    /// [`take`](Self::take), then one batched wake of what it took.
+    /// Returns the system calls made.
+    fn take_and_wake(
+        &self,
+        pick: impl FnMut(u32) -> bool,
+        wake: impl FnOnce(&[*const AtomicU32]) -> usize,
+    ) -> usize {
+        let mut taken = Taken::new();
+        self.take(pick, &mut taken);
+        taken.wake(wake)
     }
 
     /// Claims up to `most` entries not yet claimed. Empty when there are none.
@@ -177,6 +347,20 @@ impl Board {
                 Err(now) => next = now,
             }
         }
+    }
+
+    /// Entry `i`'s tag; `i` is below an acquired `len`.
+    fn tag(&self, i: usize) -> u32 {
+        // SAFETY: written before `len` was released past it, never while
+        // anyone but the poster can see the board.
+        self.tags[i].with(|t| unsafe { *t })
+    }
+
+    /// Whether claims are by entry ([`SharingMode::Local`]).
+    fn is_local(&self) -> bool {
+        // SAFETY: written only while the poster owns the board alone; a
+        // helper reads it after its handle's delivery.
+        self.local.with(|l| unsafe { *l })
     }
 
     fn word(&self, i: usize) -> *const AtomicU32 {
@@ -232,6 +416,31 @@ impl Board {
     }
 }
 
+/// Words taken from a board ([`SharingMode::Local`]), to wake in one batch.
+struct Taken {
+    words: [*const AtomicU32; CAPACITY],
+    len: usize,
+}
+
+impl Taken {
+    fn new() -> Self {
+        Taken {
+            words: [core::ptr::null(); CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// One batched wake, if anything was taken. Returns the system calls
+    /// made.
+    fn wake(&self, wake: impl FnOnce(&[*const AtomicU32]) -> usize) -> usize {
+        if self.len == 0 {
+            0
+        } else {
+            wake(&self.words[..self.len])
+        }
+    }
+}
+
 /// What a delivered sleeper needs to help: null, or a counted reference to
 /// its waker's board. Store it where the sleeper reads it after it sees its
 /// result, and have the sleeper call [`Handle::help`] exactly once.
@@ -275,12 +484,24 @@ impl Handle {
     /// [`help`](Self::help), with `wake` for the futex wake (loom's model
     /// records instead).
     unsafe fn help_with(self, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
+        // SAFETY: passed on from our caller.
+        unsafe { self.help_on(this_cpu(), wake) }
+    }
+
+    /// [`help_with`](Self::help_with) for a helper that runs on CPU `me`.
+    unsafe fn help_on(self, me: u32, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let Some(board) = NonNull::new(self.0) else {
             return 0;
         };
         // SAFETY: our reference keeps the board alive until `drop_handle`.
         let b = unsafe { board.as_ref() };
-        let calls = b.drain(HELPER_CHUNK, wake);
+        let calls = if b.is_local() {
+            // This CPU's sleepers only, whatever their role: waking them
+            // here costs no IPI.
+            b.take_and_wake(|tag| tag & !ROLE == me, wake)
+        } else {
+            b.drain(HELPER_CHUNK, wake)
+        };
         if b.drop_handle() {
             // SAFETY: the last reference; the board came from `Box::into_raw`.
             drop(unsafe { Box::from_raw(board.as_ptr()) });
@@ -309,17 +530,27 @@ impl Handle {
 /// assert_eq!(spread.wake(), 1);
 /// ```
 pub struct Spread {
-    /// Whether this post shares its wake-ups out ([`sharing`]); if not,
-    /// every word goes to `overflow` and is woken in one batch.
-    share: bool,
+    /// How this post shares its wake-ups out ([`sharing_mode`]); if not at
+    /// all, every word goes to `overflow` and is woken in one batch.
+    mode: SharingMode,
     board: Option<NonNull<Board>>,
     /// Entries written to the board (the poster's copy of `len`).
     len: usize,
     /// Deliveries so far (the first gets no handle).
     deliveries: usize,
+    /// Handles given out.
+    handles: usize,
     /// The last delivery got a handle: if its word is pushed next, its
     /// sleeper can help.
     handed: bool,
+    /// [`SharingMode::Local`]: the last delivery's [`ROLE`] flags.
+    role: u32,
+    /// [`SharingMode::Local`]: the CPU the poster runs on, read at its first
+    /// delivery ([`UNKNOWN_CPU`] before), and the deliveries so far to each
+    /// other CPU (the first [`MAX_CHUNK`] CPUs met).
+    me: u32,
+    met: [(u32, u32); MAX_CHUNK],
+    met_len: usize,
     /// The board entry of the first word whose sleeper can help. The first
     /// wake reaches it, with the words before it (the first delivery's,
     /// which has no handle): woken alone, that one would help nobody.
@@ -395,42 +626,98 @@ impl Spread {
     /// An empty wake-up; its board is taken on the first delivery.
     pub fn new() -> Self {
         Spread {
-            share: sharing(),
+            mode: sharing_mode(),
             board: None,
             len: 0,
             deliveries: 0,
+            handles: 0,
             handed: false,
+            role: POSTERS,
+            me: UNKNOWN_CPU,
+            met: [(UNKNOWN_CPU, 0); MAX_CHUNK],
+            met_len: 0,
             first_helper: None,
             overflow: Overflow::new(),
         }
     }
 
-    /// Handles given out: every delivery's but the first, when sharing.
-    fn handles(&self) -> usize {
-        if self.share {
-            self.deliveries.saturating_sub(1)
-        } else {
-            0
-        }
+    fn shares(&self) -> bool {
+        self.mode != SharingMode::Off
     }
 
     fn board(&mut self) -> NonNull<Board> {
-        *self.board.get_or_insert_with(spare::take)
+        let local = self.mode == SharingMode::Local;
+        *self.board.get_or_insert_with(|| {
+            let board = spare::take();
+            // SAFETY: a board just taken is the poster's alone; its handles,
+            // given out from here on, carry the write with the delivery.
+            unsafe { board.as_ref() }
+                .local
+                .with_mut(|l| unsafe { *l = local });
+            board
+        })
     }
 
-    /// A handle for the sleeper about to be delivered. The first delivery of
-    /// a post gets none, so a post that completes one sleeper costs nothing
-    /// more; the sleepers after it help.
+    /// A handle for the sleeper about to be delivered, which sleeps on a CPU
+    /// nobody knows ([`handle_on`](Self::handle_on)).
     pub fn handle(&mut self) -> Handle {
+        self.handle_on(UNKNOWN_CPU)
+    }
+
+    /// A handle for the sleeper about to be delivered, which sleeps on
+    /// `cpu` (where it called [`this_cpu`]; [`UNKNOWN_CPU`] if it did not
+    /// say). Pass the same `cpu` to [`push_on`](Self::push_on) if its word
+    /// is owed a wake.
+    ///
+    /// [`SharingMode::Any`]: every delivery gets one but the first, so a
+    /// post that completes one sleeper costs nothing more; the sleepers
+    /// after it help. [`SharingMode::Local`]: only the second delivery to
+    /// each CPU other than the poster's gets one. Its sleeper wakes the
+    /// third and later of that CPU, which costs no IPI there; the poster
+    /// wakes it and the first at once, so that a sleeper that holds what
+    /// others wait for is not kept waiting for a helper, and a CPU the post
+    /// completes one or two sleepers on has nothing to share.
+    pub fn handle_on(&mut self, cpu: u32) -> Handle {
         self.deliveries += 1;
-        self.handed = self.deliveries > 1 && self.share;
+        self.handed = match self.mode {
+            SharingMode::Off => false,
+            SharingMode::Any => self.deliveries > 1,
+            SharingMode::Local => {
+                self.role = self.role_on(cpu);
+                self.role == LEADER
+            }
+        };
         if !self.handed {
             return Handle::NONE;
         }
-        // Counted by `handles`, settled in `finish`: the bias covers it
-        // until then. The handle reaches its sleeper through the caller's
-        // release.
+        // Settled in `finish`: the bias covers it until then. The handle
+        // reaches its sleeper through the caller's release.
+        self.handles += 1;
         Handle(self.board().as_ptr())
+    }
+
+    /// [`SharingMode::Local`]: counts a delivery to `cpu` and says who
+    /// wakes it: [`LEADER`] for the second to a CPU other than the poster's,
+    /// [`POSTERS`] for the first, for one on the poster's CPU or an unknown
+    /// one, and for one past the [`MAX_CHUNK`] CPUs counted; no flag (its
+    /// leader) for the rest.
+    fn role_on(&mut self, cpu: u32) -> u32 {
+        if self.me == UNKNOWN_CPU {
+            self.me = this_cpu();
+        }
+        if cpu == UNKNOWN_CPU || cpu == self.me {
+            return POSTERS;
+        }
+        let met = &mut self.met[..self.met_len];
+        if let Some((_, n)) = met.iter_mut().find(|(c, _)| *c == cpu) {
+            *n += 1;
+            return if *n == 2 { LEADER } else { 0 };
+        }
+        if self.met_len < MAX_CHUNK {
+            self.met[self.met_len] = (cpu, 1);
+            self.met_len += 1;
+        }
+        POSTERS
     }
 
     /// Owes `word` a wake. The word is a futex key only: it may be gone by
@@ -440,16 +727,33 @@ impl Spread {
     }
 
     pub(crate) fn push_ptr(&mut self, word: *const AtomicU32) {
-        if core::mem::take(&mut self.handed) && self.first_helper.is_none() {
+        self.push_ptr_on(word, UNKNOWN_CPU);
+    }
+
+    /// Owes `word` a wake, for a sleeper that sleeps on `cpu` (where it
+    /// called [`this_cpu`] before it slept; [`UNKNOWN_CPU`] if it did not
+    /// say). The word is a futex key only, as for [`push`](Self::push).
+    pub fn push_on(&mut self, word: &AtomicU32, cpu: u32) {
+        self.push_ptr_on(word, cpu);
+    }
+
+    pub(crate) fn push_ptr_on(&mut self, word: *const AtomicU32, cpu: u32) {
+        let helps = core::mem::take(&mut self.handed);
+        let role = core::mem::replace(&mut self.role, POSTERS);
+        if helps && self.first_helper.is_none() {
             self.first_helper = Some(self.len);
         }
-        if self.len == CAPACITY || !self.share {
+        if self.len == CAPACITY || !self.shares() {
             self.overflow.push(word);
             return;
         }
         let board = self.board();
         // SAFETY: we hold the poster's bias, so the board is alive.
         let b = unsafe { board.as_ref() };
+        let tag = cpu.min(UNKNOWN_CPU) | role;
+        // SAFETY: entry `len` is unpublished: nobody else reads it until
+        // the release store of `len` below.
+        b.tags[self.len].with_mut(|t| unsafe { *t = tag });
         b.words[self.len].store(word.cast_mut(), Ordering::Relaxed);
         self.len += 1;
         // Pairs with the acquire load in `Board::claim`.
@@ -480,16 +784,31 @@ impl Spread {
         if let Some(board) = self.board.take() {
             // SAFETY: we hold the poster's bias until `drop_bias`.
             let b = unsafe { board.as_ref() };
-            // The first helper's word first, with only the words before it,
-            // so that its sleeper starts helping while the poster goes on;
-            // then a few at a time, in one batched wake.
-            let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
-            let first = b.claim(most);
-            if !first.is_empty() {
-                calls += b.wake_claimed(first, &mut wake);
+            if self.handles == 0 {
+                // Nobody else has the board: wake what it holds in one batch,
+                // without claiming, and keep it.
+                let mut all = Taken::new();
+                for i in 0..self.len {
+                    all.words[i] = b.word(i);
+                }
+                all.len = self.len;
+                calls += all.wake(&mut wake);
+                b.reset();
+                spare::put(board);
+            } else if self.mode == SharingMode::Local {
+                calls += Self::finish_local(b, &mut wake);
+            } else {
+                // The first helper's word first, with only the words before
+                // it, so that its sleeper starts helping while the poster
+                // goes on; then a few at a time, in one batched wake.
+                let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
+                let first = b.claim(most);
+                if !first.is_empty() {
+                    calls += b.wake_claimed(first, &mut wake);
+                }
+                calls += b.drain(POSTER_CHUNK, &mut wake);
             }
-            calls += b.drain(POSTER_CHUNK, &mut wake);
-            if b.drop_bias(self.handles()) {
+            if self.handles != 0 && b.drop_bias(self.handles) {
                 b.reset();
                 spare::put(board);
             }
@@ -500,9 +819,29 @@ impl Spread {
         }
         self.len = 0;
         self.deliveries = 0;
+        self.handles = 0;
         self.handed = false;
+        self.role = POSTERS;
+        self.me = UNKNOWN_CPU;
+        self.met_len = 0;
         self.first_helper = None;
         calls
+    }
+}
+
+impl Spread {
+    /// The poster's part of a [`SharingMode::Local`] wake-up, in two
+    /// batched wakes. The first wakes each other CPU's leader, first, so
+    /// that it starts waking its CPU's others while the poster goes on, and
+    /// then the sleepers tagged [`POSTERS`]. The second wakes whatever the
+    /// leaders have not taken by then, so that nothing waits for a leader
+    /// the scheduler has not run. Returns the system calls made.
+    fn finish_local(b: &Board, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
+        let mut first = Taken::new();
+        b.take(|tag| tag & LEADER != 0, &mut first);
+        b.take(|tag| tag & POSTERS != 0, &mut first);
+        let calls = first.wake(&mut wake);
+        calls + b.take_and_wake(|_| true, &mut wake)
     }
 }
 
@@ -665,6 +1004,86 @@ mod tests {
     }
 }
 
+/// The model of [`SharingMode::Local`]: a poster on CPU 0 delivers three
+/// sleepers of CPU 1 and pushes each word right after its delivery; the
+/// second gets the handle and, once it sees its result, wakes what it can
+/// take on CPU 1 while the poster may still be delivering. Every word must
+/// be woken exactly once, whatever the interleaving.
+#[cfg(all(test, loom))]
+mod local_model {
+    use super::*;
+    use loom::sync::{Arc, Notify};
+
+    const SLEEPERS: usize = 3;
+    const LEADER: usize = 1;
+
+    #[test]
+    fn every_word_is_woken_exactly_once_by_cpu() {
+        loom::model(|| {
+            let words: Arc<[AtomicU32; SLEEPERS]> =
+                Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
+            let handle = Arc::new(AtomicPtr::<Board>::new(core::ptr::null_mut()));
+            let delivered = Arc::new(Notify::new());
+            let leader = {
+                let (words, handle, delivered) = (
+                    Arc::clone(&words),
+                    Arc::clone(&handle),
+                    Arc::clone(&delivered),
+                );
+                loom::thread::spawn(move || {
+                    model_cpu(1);
+                    // Pairs with the poster's release "delivery" below.
+                    while words[LEADER].load(Ordering::Acquire) == 0 {
+                        delivered.wait();
+                    }
+                    let raw = handle.load(Ordering::Relaxed);
+                    assert!(!raw.is_null(), "the second sleeper of CPU 1 leads");
+                    let mut woken = Vec::new();
+                    // SAFETY: the leader's reference, used once.
+                    unsafe {
+                        Handle::from_raw(raw).help_with(|ws| {
+                            woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                            ws.len()
+                        })
+                    };
+                    woken
+                })
+            };
+            model_cpu(0);
+            let mut spread = Spread::new();
+            spread.mode = SharingMode::Local;
+            for k in 0..SLEEPERS {
+                let h = spread.handle_on(1);
+                assert_eq!(h != Handle::NONE, k == LEADER);
+                if k == LEADER {
+                    handle.store(h.into_raw(), Ordering::Relaxed);
+                }
+                // The delivery: the result, released with the handle.
+                words[k].store(1, Ordering::Release);
+                if k == LEADER {
+                    delivered.notify();
+                }
+                spread.push_on(&words[k], 1);
+            }
+            let mut woken = Vec::new();
+            spread.finish(|ws| {
+                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                ws.len()
+            });
+            woken.extend(leader.join().unwrap());
+            woken.sort_unstable();
+            assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+        });
+    }
+
+    fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
+        words
+            .iter()
+            .position(|w| core::ptr::eq(w, word))
+            .expect("only pushed words are woken")
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -678,10 +1097,11 @@ mod tests {
         })
     }
 
-    /// A post that shares out or not, whatever this machine's default.
-    fn spread(share: bool) -> Spread {
+    /// A post that shares out (or not) as `mode` says, whatever this
+    /// machine's default.
+    fn spread(mode: SharingMode) -> Spread {
         let mut spread = Spread::new();
-        spread.share = share;
+        spread.mode = mode;
         spread
     }
 
@@ -692,7 +1112,7 @@ mod tests {
     #[test]
     fn helpers_and_the_poster_share_the_words_out_once_each() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = spread(true);
+        let mut spread = spread(SharingMode::Any);
         let handles = post(&mut spread, &words);
         assert_eq!(handles[0], Handle::NONE);
         assert!(handles[1..].iter().all(|&h| h != Handle::NONE));
@@ -715,7 +1135,7 @@ mod tests {
     #[test]
     fn the_first_wake_reaches_the_first_sleeper_that_can_help() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = spread(true);
+        let mut spread = spread(SharingMode::Any);
         let handles = post(&mut spread, &words);
         let mut batches = Vec::new();
         assert_eq!(
@@ -742,7 +1162,7 @@ mod tests {
     #[test]
     fn a_first_helper_that_did_not_park_leaves_the_first_wake_alone() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = spread(true);
+        let mut spread = spread(SharingMode::Any);
         // The first two deliveries find their sleepers awake: only the third
         // word is owed a wake, and it is the first on the board.
         let _ = spread.handle();
@@ -764,7 +1184,7 @@ mod tests {
     #[test]
     fn without_sharing_the_poster_wakes_everything_in_one_batch() {
         let words: [AtomicU32; 3] = Default::default();
-        let mut spread = spread(false);
+        let mut spread = spread(SharingMode::Off);
         let handles = post(&mut spread, &words);
         assert_eq!(handles, [Handle::NONE; 3]);
         let mut batches = Vec::new();
@@ -779,7 +1199,7 @@ mod tests {
     fn without_sharing_a_post_past_the_inline_words_keeps_them_all_in_order() {
         let words: Vec<AtomicU32> = (0..2 * INLINE + 1).map(|_| AtomicU32::new(0)).collect();
         for n in [1, INLINE, INLINE + 1, words.len()] {
-            let mut spread = spread(false);
+            let mut spread = spread(SharingMode::Off);
             for word in &words[..n] {
                 spread.push(word);
             }
@@ -797,7 +1217,7 @@ mod tests {
     #[test]
     fn a_post_past_the_boards_capacity_wakes_the_rest_itself() {
         let words: Vec<AtomicU32> = (0..CAPACITY + 5).map(|_| AtomicU32::new(0)).collect();
-        let mut spread = spread(true);
+        let mut spread = spread(SharingMode::Any);
         let handles: Vec<Handle> = words
             .iter()
             .map(|w| {
@@ -813,5 +1233,137 @@ mod tests {
             woken += unsafe { h.help_with(|ws| ws.len()) };
         }
         assert_eq!(woken, words.len());
+    }
+
+    /// Delivers a sleeper on `cpu` (its word pushed if it parked) and
+    /// returns its handle.
+    fn deliver(spread: &mut Spread, word: &AtomicU32, cpu: u32, parked: bool) -> Handle {
+        let handle = spread.handle_on(cpu);
+        if parked {
+            spread.push_on(word, cpu);
+        }
+        handle
+    }
+
+    /// Runs `finish`, returning the batches as indices into `words`.
+    fn batches(spread: &mut Spread, words: &[AtomicU32]) -> Vec<Vec<usize>> {
+        let mut batches = Vec::new();
+        spread.finish(|ws| {
+            batches.push(ws.iter().map(|&w| index(words, w)).collect::<Vec<_>>());
+            1
+        });
+        batches
+    }
+
+    #[test]
+    fn local_sharing_hands_each_other_cpu_to_its_second_sleeper() {
+        let words: [AtomicU32; 8] = Default::default();
+        let mut spread = spread(SharingMode::Local);
+        spread.me = 0;
+        // Four sleepers on CPU 1, two on the poster's CPU 0, one on CPU 2,
+        // one nobody knows where.
+        let cpus = [1, 1, 1, 1, 0, 0, 2, UNKNOWN_CPU];
+        let handles: Vec<Handle> = words
+            .iter()
+            .zip(cpus)
+            .map(|(w, cpu)| deliver(&mut spread, w, cpu, true))
+            .collect();
+        let handed: Vec<usize> = (0..8).filter(|&k| handles[k] != Handle::NONE).collect();
+        assert_eq!(handed, [1], "only CPU 1's second sleeper leads");
+        // The leader first, then the first sleeper of its CPU and everyone
+        // no leader is sent to; CPU 1's third and fourth are the leader's,
+        // and the poster takes them only once it has woken the rest.
+        assert_eq!(
+            batches(&mut spread, &words),
+            [vec![1, 0, 4, 5, 6, 7], vec![2, 3]]
+        );
+        // SAFETY: the handle used once; the poster took everything.
+        assert_eq!(unsafe { handles[1].help_on(1, |ws| ws.len()) }, 0);
+    }
+
+    #[test]
+    fn a_local_leader_wakes_the_sleepers_of_its_own_cpu_only() {
+        let words: [AtomicU32; 6] = Default::default();
+        let mut spread = spread(SharingMode::Local);
+        spread.me = 0;
+        // CPU 1: the first parked, the second (the leader) still polling, so
+        // never pushed, two more parked; CPU 2: two parked.
+        deliver(&mut spread, &words[0], 1, true);
+        let leader = deliver(&mut spread, &words[1], 1, false);
+        deliver(&mut spread, &words[2], 1, true);
+        deliver(&mut spread, &words[3], 1, true);
+        let other = deliver(&mut spread, &words[4], 2, true);
+        let other_leader = deliver(&mut spread, &words[5], 2, true);
+        assert_eq!(other, Handle::NONE);
+        let mut woken = Vec::new();
+        // The polling leader sees its result at once and helps while the
+        // poster still delivers: CPU 1's words, its first sleeper's too
+        // (whoever takes a word first wakes it), and nobody else's.
+        // SAFETY: each handle used once.
+        assert_eq!(
+            unsafe {
+                leader.help_on(1, |ws| {
+                    woken.extend(ws.iter().map(|&w| index(&words, w)));
+                    1
+                })
+            },
+            1
+        );
+        woken.sort_unstable();
+        assert_eq!(woken, [0, 2, 3]);
+        // The poster wakes CPU 2's leader and first sleeper; nothing is left.
+        assert_eq!(batches(&mut spread, &words), [vec![5, 4]]);
+        // SAFETY: as above.
+        assert_eq!(unsafe { other_leader.help_on(2, |ws| ws.len()) }, 0);
+    }
+
+    #[test]
+    fn a_local_post_with_nothing_to_share_wakes_everything_in_one_batch() {
+        let words: [AtomicU32; 4] = Default::default();
+        let mut spread = spread(SharingMode::Local);
+        spread.me = 0;
+        // Two on the poster's CPU, one on each of two others: no CPU has a
+        // second sleeper, so nobody gets a handle.
+        for (w, cpu) in words.iter().zip([0, 0, 1, 2]) {
+            assert_eq!(deliver(&mut spread, w, cpu, true), Handle::NONE);
+        }
+        assert_eq!(batches(&mut spread, &words), [vec![0, 1, 2, 3]]);
+        // The board went back to the thread's spare, ready for the next post.
+        let words: [AtomicU32; 2] = Default::default();
+        spread.me = 0;
+        for w in &words {
+            deliver(&mut spread, w, 1, true);
+        }
+        assert_eq!(batches(&mut spread, &words), [vec![1, 0]]);
+    }
+
+    #[test]
+    fn a_local_post_past_the_boards_capacity_wakes_every_word_once() {
+        let words: Vec<AtomicU32> = (0..CAPACITY + 5).map(|_| AtomicU32::new(0)).collect();
+        let mut spread = spread(SharingMode::Local);
+        spread.me = 0;
+        let handles: Vec<Handle> = words
+            .iter()
+            .enumerate()
+            .map(|(k, w)| deliver(&mut spread, w, (k % 3) as u32, true))
+            .collect();
+        let mut woken = vec![0; words.len()];
+        let mut record = |ws: &[*const AtomicU32]| {
+            for &w in ws {
+                woken[index(&words, w)] += 1;
+            }
+            1
+        };
+        // CPU 2's leader helps first; CPU 1's after the poster.
+        let leaders: Vec<usize> = (0..words.len())
+            .filter(|&k| handles[k] != Handle::NONE)
+            .collect();
+        assert_eq!(leaders, [4, 5]);
+        // SAFETY: each handle used once.
+        unsafe { handles[5].help_on(2, &mut record) };
+        spread.finish(&mut record);
+        // SAFETY: as above.
+        unsafe { handles[4].help_on(1, &mut record) };
+        assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
 }

@@ -92,7 +92,7 @@ impl SetShared {
             sops: unsafe { sleeper.sops() },
             // SAFETY: as above.
             undo: unsafe { sleeper.undo() },
-            dupsop: sleeper.dupsop,
+            dupsop: sleeper.dupsop(),
         };
         let attempt = self.perform(held, &op);
         if let Attempt::Blocked(i) = attempt {

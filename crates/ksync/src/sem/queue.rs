@@ -280,6 +280,16 @@ const INLINE_OPS: usize = 3;
 const _: () = assert!(core::mem::size_of::<Sleeper>() == 64);
 const _: () = assert!(super::SEMOPM <= u16::MAX as usize);
 
+/// [`Sleeper::traits`]: the call uses the sequential (duplicate-aware)
+/// evaluation.
+const DUPSOP: u8 = 1;
+/// [`Sleeper::traits`]: one of its operations waits for zero (the rescan
+/// rule's input for a sleeper passed over unevaluated).
+const WAITS_FOR_ZERO: u8 = 2;
+/// [`Sleeper::traits`]: one of its operations has `IPC_NOWAIT` (the rescan
+/// rule's input: a lowered value can make it fail).
+const NOWAIT: u8 = 4;
+
 /// One blocked `semop` call, alone on its cache line: a waker reads it and
 /// swaps its status with one miss.
 #[repr(align(64))]
@@ -297,17 +307,15 @@ pub(super) struct Sleeper {
     /// Index of the operation it is blocked on, refreshed by every waker that
     /// re-evaluates it (GETNCNT and GETZCNT count only that one).
     pub(super) blocking: AtomicU32,
-    /// Uses the sequential (duplicate-aware) evaluation.
-    pub(super) dupsop: bool,
+    /// [`DUPSOP`], [`WAITS_FOR_ZERO`] and [`NOWAIT`]: what the call is,
+    /// in one byte, so that the line has room for `cpu`.
+    traits: u8,
+    /// The CPU the owner queued on, for the waker's shared-out wake-up
+    /// (`futex_batch::SharingMode::Local`); `u16::MAX` if unknown.
+    cpu: u16,
     /// The semaphores its operations name ([`sem_mask`]): a scan of the
     /// global list passes over a sleeper none of whose semaphores changed.
     sems: u64,
-    /// One of its operations waits for zero (the rescan rule's input for a
-    /// sleeper passed over unevaluated).
-    waits_for_zero: bool,
-    /// One of its operations has `IPC_NOWAIT` (the rescan rule's input: a
-    /// lowered value can make it fail).
-    nowait: bool,
     /// The waker's share-out of its wake-ups ([`Handle`]), written before
     /// the result and read once the owner has it: the owner helps wake the
     /// other sleepers of the same post before it returns.
@@ -329,10 +337,21 @@ impl Sleeper {
             nsops: sops.len() as u16,
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
             blocking: AtomicU32::new(blocking as u32),
-            dupsop,
+            traits: if dupsop { DUPSOP } else { 0 }
+                | if sops.iter().any(|s| s.op == 0) {
+                    WAITS_FOR_ZERO
+                } else {
+                    0
+                }
+                | if sops.iter().any(|s| s.flags & IPC_NOWAIT != 0) {
+                    NOWAIT
+                } else {
+                    0
+                },
+            // Where the owner is now is where it will sleep, but for a
+            // migration meanwhile, which costs only an IPI.
+            cpu: u16::try_from(crate::futex_batch::this_cpu()).unwrap_or(u16::MAX),
             sems: sem_mask(sops),
-            waits_for_zero: sops.iter().any(|s| s.op == 0),
-            nowait: sops.iter().any(|s| s.flags & IPC_NOWAIT != 0),
             help: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
@@ -355,12 +374,26 @@ impl Sleeper {
 
     /// Whether one of the blocked call's operations waits for zero.
     pub(super) fn has_wait_for_zero(&self) -> bool {
-        self.waits_for_zero
+        self.traits & WAITS_FOR_ZERO != 0
+    }
+
+    /// Whether the blocked call uses the sequential (duplicate-aware)
+    /// evaluation.
+    pub(super) fn dupsop(&self) -> bool {
+        self.traits & DUPSOP != 0
+    }
+
+    /// The CPU the owner queued on, as `futex_batch::this_cpu` says.
+    fn cpu(&self) -> u32 {
+        match self.cpu {
+            u16::MAX => crate::futex_batch::UNKNOWN_CPU,
+            cpu => u32::from(cpu),
+        }
     }
 
     /// Whether one of the blocked call's operations has `IPC_NOWAIT`.
     pub(super) fn has_nowait(&self) -> bool {
-        self.nowait
+        self.traits & NOWAIT != 0
     }
 
     /// The operations of the blocked call.
@@ -511,10 +544,11 @@ impl Wakeups {
         // SAFETY: per the caller's contract the owner is still blocked, so the
         // node is alive until this swap makes the result visible.
         let sleeper = unsafe { node.get() };
+        let cpu = sleeper.cpu();
         // Rides on the release swap below; read by `Sleeper::help_wake`.
         sleeper
             .help
-            .store(self.spread.handle().into_raw(), Ordering::Relaxed);
+            .store(self.spread.handle_on(cpu).into_raw(), Ordering::Relaxed);
         let word = &sleeper.status;
         let word_ptr = word as *const AtomicU32;
         // Pairs with the owner's acquire loads of `status` in
@@ -522,7 +556,7 @@ impl Wakeups {
         if word.swap(status, Ordering::Release) == PARKED {
             // Only a key for FUTEX_WAKE from here on: the node may be gone,
             // and a wake of whatever lives there then is spurious.
-            self.spread.push_ptr(word_ptr);
+            self.spread.push_ptr_on(word_ptr, cpu);
         }
     }
 

@@ -751,6 +751,19 @@ pub fn pin(cpu: usize) {
     }
 }
 
+/// The CPUs this thread may run on, in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: as in `pin`; sched_getaffinity fills the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(rc, 0, "sched_getaffinity");
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
 /// The first CPU this thread may run on.
 pub fn first_allowed_cpu() -> usize {
     // SAFETY: as in `pin`; sched_getaffinity fills the set.

@@ -84,6 +84,10 @@ struct Word {
     /// The last poster's share-out of its wake-ups
     /// (`ksync::futex_batch::Handle`), for whoever takes the post.
     help: AtomicPtr<Board>,
+    /// The CPU the last sleeper announced itself on
+    /// (`ksync::futex_batch::this_cpu`), as ksync's sleepers tell their
+    /// wakers: a hint for a shared-out wake-up, read and written relaxed.
+    cpu: AtomicU32,
 }
 
 impl Word {
@@ -187,6 +191,8 @@ impl FutexBatch {
         // Announce, then look again: the SeqCst increment and the SeqCst
         // load pair with the poster's SeqCst increment and fence, so either
         // the poster sees the sleeper or the sleeper sees the post.
+        word.cpu
+            .store(ksync::futex_batch::this_cpu(), Ordering::Relaxed);
         word.sleepers.fetch_add(1, Ordering::SeqCst);
         // As ksync's sleepers do: the futex hash grows with the sleepers.
         ksync::futex_batch::note_sleeping_thread();
@@ -214,14 +220,15 @@ impl FutexBatch {
             // only to a queued sleeper (one announced after this look just
             // does not help). It rides on the release increment below and
             // is read by `Word::help`.
+            let cpu = word.cpu.load(Ordering::Relaxed);
             if word.sleepers.load(Ordering::Relaxed) != 0 {
-                word.leave(spread.handle());
+                word.leave(spread.handle_on(cpu));
             }
             // Release pairs with the acquire compare-and-swap in `take`.
             word.posts.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if word.sleepers.load(Ordering::Relaxed) != 0 {
-                spread.push(&word.posts);
+                spread.push_on(&word.posts, cpu);
             }
         }
         if !spread.is_empty() {
