@@ -476,6 +476,19 @@ impl Handle {
     ///
     /// The handle's reference is used once: this consumes it.
     pub unsafe fn help(self) -> usize {
+        if self.0.is_null() {
+            return 0;
+        }
+        // SAFETY: passed on from our caller.
+        unsafe { self.help_board() }
+    }
+
+    /// [`help`](Self::help) with a board. Out of line: the walk keeps a
+    /// batch of words on the stack, which every woken caller's frame would
+    /// otherwise carry (a thread on a small stack faulted in a page for it:
+    /// `ksync-lab wake`, 4096 sleepers, 2 us each).
+    #[inline(never)]
+    unsafe fn help_board(self) -> usize {
         // SAFETY: passed on from our caller; the words are futex keys (see
         // `Spread::push`).
         unsafe { self.help_with(|words| super::wake_all(words)) }
@@ -484,6 +497,9 @@ impl Handle {
     /// [`help`](Self::help), with `wake` for the futex wake (loom's model
     /// records instead).
     unsafe fn help_with(self, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
+        if self.0.is_null() {
+            return 0;
+        }
         // SAFETY: passed on from our caller.
         unsafe { self.help_on(this_cpu(), wake) }
     }
@@ -782,6 +798,34 @@ impl Spread {
     fn finish(&mut self, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let mut calls = 0;
         if let Some(board) = self.board.take() {
+            calls += self.finish_board(board, &mut wake);
+        }
+        if !self.overflow.is_empty() {
+            calls += wake(self.overflow.as_slice());
+            self.overflow.clear();
+        }
+        self.len = 0;
+        self.deliveries = 0;
+        self.handles = 0;
+        self.handed = false;
+        self.role = POSTERS;
+        self.me = UNKNOWN_CPU;
+        self.met_len = 0;
+        self.first_helper = None;
+        calls
+    }
+
+    /// [`finish`](Self::finish)'s part for the board. Out of line, as
+    /// [`Handle::help_board`] is: a post without sharing should not carry
+    /// the batches this keeps on the stack.
+    #[inline(never)]
+    fn finish_board(
+        &mut self,
+        board: NonNull<Board>,
+        mut wake: impl FnMut(&[*const AtomicU32]) -> usize,
+    ) -> usize {
+        let mut calls = 0;
+        {
             // SAFETY: we hold the poster's bias until `drop_bias`.
             let b = unsafe { board.as_ref() };
             if self.handles == 0 {
@@ -813,18 +857,6 @@ impl Spread {
                 spare::put(board);
             }
         }
-        if !self.overflow.is_empty() {
-            calls += wake(self.overflow.as_slice());
-            self.overflow.clear();
-        }
-        self.len = 0;
-        self.deliveries = 0;
-        self.handles = 0;
-        self.handed = false;
-        self.role = POSTERS;
-        self.me = UNKNOWN_CPU;
-        self.met_len = 0;
-        self.first_helper = None;
         calls
     }
 }
