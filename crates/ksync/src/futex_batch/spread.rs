@@ -35,17 +35,18 @@
 //!
 //! So [`SharingMode::Local`] keeps wake-ups on their CPU. Each sleeper says
 //! where it sleeps ([`this_cpu`], when its call queues), and the poster
-//! hands the second sleeper of each other CPU a handle. That leader, once
-//! running there, wakes the third and later sleepers of its CPU, each a
-//! wake onto its own CPU. The poster makes two batched wakes: first the
-//! leaders, then each CPU's first sleeper (which may hold what others wait
-//! for, so it is not kept waiting for its leader), its own CPU's sleepers
-//! and those of CPUs with no leader; then whatever the leaders have not
-//! taken by then, so that nothing waits for a leader the scheduler has not
-//! run. Each entry is taken by swapping its word out, so it is woken once,
-//! by whoever takes it first. A post with at most two sleepers on each
-//! other CPU gives no handle and wakes its board in one batch, without
-//! claims, as a post without sharing does.
+//! hands the third sleeper of each other CPU a handle ([`LEADER_AT`]). That
+//! leader, once running there, wakes the fourth and later sleepers of its
+//! CPU, each a wake onto its own CPU: only those go on the board. The
+//! poster makes two batched wakes: first, from a list of its own, the
+//! leaders, then each CPU's first two sleepers (which may hold what others
+//! wait for, so they are not kept waiting for a leader), its own CPU's
+//! sleepers and those of CPUs with no leader; then whatever the leaders
+//! have not taken from the board by then, so that nothing waits for a
+//! leader the scheduler has not run. Each board entry is taken by swapping
+//! its word out, so it is woken once, by whoever takes it first. A post
+//! with at most three sleepers on each other CPU takes no board and makes
+//! one batched wake, as a post without sharing does.
 //!
 //! [`sharing_mode`] says which way posts share: [`SharingMode::Any`] by
 //! default with 4 or more CPUs, [`SharingMode::Local`] with 2 or 3, off
@@ -63,7 +64,7 @@
 //!
 //! Barriers: the release store of `len` in [`Spread::push`] pairs with the
 //! acquire loads of `len` in [`Board::claim`] and `Board::take` (an entry
-//! claimed or taken was written, its tag included);
+//! claimed or taken was written, its CPU included);
 //! the handle is published by the caller's own release (for `ksync::sem`,
 //! the status swap that delivers the result) and read after the sleeper's
 //! acquire of that status; the reference count's `AcqRel` decrements order
@@ -213,20 +214,31 @@ pub fn sharing_mode() -> SharingMode {
 }
 
 /// A CPU nobody runs on: the sleeper did not say where it sleeps.
-pub const UNKNOWN_CPU: u32 = POSTERS - 1;
+pub const UNKNOWN_CPU: u32 = u32::MAX;
 
-/// In a board entry's tag ([`SharingMode::Local`]): its sleeper holds a
-/// handle and is the first the poster wakes on its CPU, so that it wakes the
-/// others there.
-const LEADER: u32 = 1 << 31;
-/// In a board entry's tag: the poster wakes it with the leaders, since no
-/// leader is sent to its CPU or it is on the poster's own, or it is the
-/// delivery before its CPU's leader (woken at once, as without sharing: it
-/// may hold what others wait for). Entries with neither flag are left to
-/// their CPU's leader, and to the poster's last batch.
-const POSTERS: u32 = 1 << 30;
-/// The flags of a tag.
-const ROLE: u32 = LEADER | POSTERS;
+/// [`SharingMode::Local`]: who wakes a delivered sleeper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The poster, in its first batch: no leader is sent to the sleeper's
+    /// CPU, or it is the poster's own, or it comes before its CPU's leader
+    /// (woken at once, as without sharing: it may hold what others wait
+    /// for).
+    Poster,
+    /// The poster, first of all: it holds a handle and wakes the later
+    /// sleepers of its CPU.
+    Leader,
+    /// Its CPU's leader, or the poster's last batch: on the board.
+    Led,
+}
+
+/// [`SharingMode::Local`]: which delivery to a CPU gets the handle. A
+/// leader pays for its handle (a board that may not come back in time for
+/// the poster's next post, a walk of it), which only pays if it has others
+/// to wake: with the second as leader, sembench `-t 8 -w 4` on 2 CPUs (posts
+/// of up to 4, about two per CPU) fell from 1.18x-1.21x to 1.16x the
+/// kernel; with the third, it has a leader only on a CPU with at least
+/// three sleepers in the post.
+const LEADER_AT: u32 = 3;
 
 /// The CPU the calling thread runs on, or [`UNKNOWN_CPU`]: for a sleeper
 /// about to sleep, where the kernel will most likely wake it.
@@ -236,7 +248,7 @@ pub fn this_cpu() -> u32 {
     // system call.
     // SAFETY: no arguments, no memory.
     let cpu = unsafe { libc::sched_getcpu() };
-    u32::try_from(cpu).map_or(UNKNOWN_CPU, |c| c.min(UNKNOWN_CPU))
+    u32::try_from(cpu).unwrap_or(UNKNOWN_CPU)
 }
 
 /// The CPU the calling thread runs on, or [`UNKNOWN_CPU`].
@@ -278,10 +290,9 @@ pub struct Board {
     /// board alone, read by helpers after their handle's delivery.
     local: UnsafeCell<bool>,
     words: [AtomicPtr<AtomicU32>; CAPACITY],
-    /// Per entry: the CPU its sleeper sleeps on, with [`LEADER`] or
-    /// [`POSTERS`] ([`SharingMode::Local`]). Written before the entry is
-    /// published (`len`), read only after.
-    tags: [UnsafeCell<u32>; CAPACITY],
+    /// Per entry: the CPU its sleeper sleeps on ([`SharingMode::Local`]).
+    /// Written before the entry is published (`len`), read only after.
+    cpus: [UnsafeCell<u32>; CAPACITY],
 }
 
 impl Board {
@@ -292,20 +303,20 @@ impl Board {
             next: AtomicUsize::new(0),
             local: UnsafeCell::new(false),
             words: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-            tags: core::array::from_fn(|_| UnsafeCell::new(UNKNOWN_CPU)),
+            cpus: core::array::from_fn(|_| UnsafeCell::new(UNKNOWN_CPU)),
         }
     }
 
-    /// [`SharingMode::Local`]: takes every entry nobody has taken whose tag
+    /// [`SharingMode::Local`]: takes every entry nobody has taken whose CPU
     /// `pick` accepts, each by swapping its word out, so that it is taken
     /// once, and appends the words to `taken`.
     fn take(&self, mut pick: impl FnMut(u32) -> bool, taken: &mut Taken) {
         // Pairs with the release store in `Spread::push_ptr_on`: entries
-        // below `len` are written, tags included.
+        // below `len` are written, CPUs included.
         let len = self.len.load(Ordering::Acquire);
         for i in 0..len {
             // A taken entry is passed over without a read-modify-write.
-            if self.words[i].load(Ordering::Relaxed).is_null() || !pick(self.tag(i)) {
+            if self.words[i].load(Ordering::Relaxed).is_null() || !pick(self.cpu(i)) {
                 continue;
             }
             let word = self.words[i].swap(core::ptr::null_mut(), Ordering::Relaxed);
@@ -349,11 +360,11 @@ impl Board {
         }
     }
 
-    /// Entry `i`'s tag; `i` is below an acquired `len`.
-    fn tag(&self, i: usize) -> u32 {
+    /// Entry `i`'s CPU; `i` is below an acquired `len`.
+    fn cpu(&self, i: usize) -> u32 {
         // SAFETY: written before `len` was released past it, never while
         // anyone but the poster can see the board.
-        self.tags[i].with(|t| unsafe { *t })
+        self.cpus[i].with(|c| unsafe { *c })
     }
 
     /// Whether claims are by entry ([`SharingMode::Local`]).
@@ -512,9 +523,8 @@ impl Handle {
         // SAFETY: our reference keeps the board alive until `drop_handle`.
         let b = unsafe { board.as_ref() };
         let calls = if b.is_local() {
-            // This CPU's sleepers only, whatever their role: waking them
-            // here costs no IPI.
-            b.take_and_wake(|tag| tag & !ROLE == me, wake)
+            // This CPU's sleepers only: waking them here costs no IPI.
+            b.take_and_wake(|cpu| cpu == me, wake)
         } else {
             b.drain(HELPER_CHUNK, wake)
         };
@@ -559,14 +569,18 @@ pub struct Spread {
     /// The last delivery got a handle: if its word is pushed next, its
     /// sleeper can help.
     handed: bool,
-    /// [`SharingMode::Local`]: the last delivery's [`ROLE`] flags.
-    role: u32,
+    /// [`SharingMode::Local`]: who wakes the last delivery's sleeper.
+    role: Role,
+    /// [`SharingMode::Local`]: leaders at the front of `overflow`.
+    leaders: usize,
     /// [`SharingMode::Local`]: the CPU the poster runs on, read at its first
     /// delivery ([`UNKNOWN_CPU`] before), and the deliveries so far to each
     /// other CPU (the first [`MAX_CHUNK`] CPUs met).
     me: u32,
     met: [(u32, u32); MAX_CHUNK],
     met_len: usize,
+    /// [`LEADER_AT`] (a model with fewer entries sets it lower).
+    leader_at: u32,
     /// The board entry of the first word whose sleeper can help. The first
     /// wake reaches it, with the words before it (the first delivery's,
     /// which has no handle): woken alone, that one would help nobody.
@@ -610,6 +624,19 @@ impl Overflow {
         self.len += 1;
     }
 
+    /// Puts `word` at position `at` (at most `len`), the words from there
+    /// one further on: for the few leaders of a post, at its front.
+    fn insert(&mut self, at: usize, word: *const AtomicU32) {
+        debug_assert!(at <= self.len);
+        self.push(word);
+        let words = if self.len <= INLINE {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.heap[..]
+        };
+        words[at..].rotate_right(1);
+    }
+
     fn as_slice(&self) -> &[*const AtomicU32] {
         if self.len <= INLINE {
             &self.inline[..self.len]
@@ -648,10 +675,12 @@ impl Spread {
             deliveries: 0,
             handles: 0,
             handed: false,
-            role: POSTERS,
+            role: Role::Poster,
+            leaders: 0,
             me: UNKNOWN_CPU,
             met: [(UNKNOWN_CPU, 0); MAX_CHUNK],
             met_len: 0,
+            leader_at: LEADER_AT,
             first_helper: None,
             overflow: Overflow::new(),
         }
@@ -687,12 +716,12 @@ impl Spread {
     ///
     /// [`SharingMode::Any`]: every delivery gets one but the first, so a
     /// post that completes one sleeper costs nothing more; the sleepers
-    /// after it help. [`SharingMode::Local`]: only the second delivery to
-    /// each CPU other than the poster's gets one. Its sleeper wakes the
-    /// third and later of that CPU, which costs no IPI there; the poster
-    /// wakes it and the first at once, so that a sleeper that holds what
-    /// others wait for is not kept waiting for a helper, and a CPU the post
-    /// completes one or two sleepers on has nothing to share.
+    /// after it help. [`SharingMode::Local`]: only the third delivery to
+    /// each CPU other than the poster's gets one ([`LEADER_AT`]). Its
+    /// sleeper wakes the fourth and later of that CPU, which costs no IPI
+    /// there; the poster wakes it and the two before it at once, so that a
+    /// sleeper that holds what others wait for is not kept waiting for a
+    /// helper.
     pub fn handle_on(&mut self, cpu: u32) -> Handle {
         self.deliveries += 1;
         self.handed = match self.mode {
@@ -700,7 +729,7 @@ impl Spread {
             SharingMode::Any => self.deliveries > 1,
             SharingMode::Local => {
                 self.role = self.role_on(cpu);
-                self.role == LEADER
+                self.role == Role::Leader
             }
         };
         if !self.handed {
@@ -713,27 +742,35 @@ impl Spread {
     }
 
     /// [`SharingMode::Local`]: counts a delivery to `cpu` and says who
-    /// wakes it: [`LEADER`] for the second to a CPU other than the poster's,
-    /// [`POSTERS`] for the first, for one on the poster's CPU or an unknown
-    /// one, and for one past the [`MAX_CHUNK`] CPUs counted; no flag (its
-    /// leader) for the rest.
-    fn role_on(&mut self, cpu: u32) -> u32 {
+    /// wakes it: its leader if it comes after the [`LEADER_AT`]th to a CPU
+    /// other than the poster's, which leads; the poster for the others (the
+    /// poster's own CPU, an unknown one, those past the [`MAX_CHUNK`] CPUs
+    /// counted).
+    fn role_on(&mut self, cpu: u32) -> Role {
         if self.me == UNKNOWN_CPU {
             self.me = this_cpu();
         }
         if cpu == UNKNOWN_CPU || cpu == self.me {
-            return POSTERS;
+            return Role::Poster;
         }
         let met = &mut self.met[..self.met_len];
         if let Some((_, n)) = met.iter_mut().find(|(c, _)| *c == cpu) {
             *n += 1;
-            return if *n == 2 { LEADER } else { 0 };
+            return match (*n).cmp(&self.leader_at) {
+                core::cmp::Ordering::Less => Role::Poster,
+                core::cmp::Ordering::Equal => Role::Leader,
+                core::cmp::Ordering::Greater => Role::Led,
+            };
         }
         if self.met_len < MAX_CHUNK {
             self.met[self.met_len] = (cpu, 1);
             self.met_len += 1;
         }
-        POSTERS
+        if self.leader_at <= 1 {
+            Role::Leader
+        } else {
+            Role::Poster
+        }
     }
 
     /// Owes `word` a wake. The word is a futex key only: it may be gone by
@@ -755,9 +792,25 @@ impl Spread {
 
     pub(crate) fn push_ptr_on(&mut self, word: *const AtomicU32, cpu: u32) {
         let helps = core::mem::take(&mut self.handed);
-        let role = core::mem::replace(&mut self.role, POSTERS);
+        let role = core::mem::replace(&mut self.role, Role::Poster);
         if helps && self.first_helper.is_none() {
             self.first_helper = Some(self.len);
+        }
+        if self.mode == SharingMode::Local {
+            // Only the words a leader may take go on the board; the poster
+            // wakes the others, leaders first, in one batch of its own.
+            match role {
+                Role::Leader => {
+                    self.overflow.insert(self.leaders, word);
+                    self.leaders += 1;
+                    return;
+                }
+                Role::Poster => {
+                    self.overflow.push(word);
+                    return;
+                }
+                Role::Led => {}
+            }
         }
         if self.len == CAPACITY || !self.shares() {
             self.overflow.push(word);
@@ -766,10 +819,9 @@ impl Spread {
         let board = self.board();
         // SAFETY: we hold the poster's bias, so the board is alive.
         let b = unsafe { board.as_ref() };
-        let tag = cpu.min(UNKNOWN_CPU) | role;
         // SAFETY: entry `len` is unpublished: nobody else reads it until
         // the release store of `len` below.
-        b.tags[self.len].with_mut(|t| unsafe { *t = tag });
+        b.cpus[self.len].with_mut(|c| unsafe { *c = cpu });
         b.words[self.len].store(word.cast_mut(), Ordering::Relaxed);
         self.len += 1;
         // Pairs with the acquire load in `Board::claim`.
@@ -797,6 +849,14 @@ impl Spread {
     /// records instead).
     fn finish(&mut self, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let mut calls = 0;
+        // Local: the poster's own batch first, leaders at its front, then
+        // what the leaders have not taken from the board; otherwise the
+        // board, then the words past its capacity.
+        let local = self.mode == SharingMode::Local;
+        if local && !self.overflow.is_empty() {
+            calls += wake(self.overflow.as_slice());
+            self.overflow.clear();
+        }
         if let Some(board) = self.board.take() {
             calls += self.finish_board(board, &mut wake);
         }
@@ -808,7 +868,8 @@ impl Spread {
         self.deliveries = 0;
         self.handles = 0;
         self.handed = false;
-        self.role = POSTERS;
+        self.role = Role::Poster;
+        self.leaders = 0;
         self.me = UNKNOWN_CPU;
         self.met_len = 0;
         self.first_helper = None;
@@ -840,7 +901,10 @@ impl Spread {
                 b.reset();
                 spare::put(board);
             } else if self.mode == SharingMode::Local {
-                calls += Self::finish_local(b, &mut wake);
+                // The poster's batch is gone: take what the leaders have
+                // not, so that nothing waits for a leader the scheduler has
+                // not run.
+                calls += b.take_and_wake(|_| true, &mut wake);
             } else {
                 // The first helper's word first, with only the words before
                 // it, so that its sleeper starts helping while the poster
@@ -858,22 +922,6 @@ impl Spread {
             }
         }
         calls
-    }
-}
-
-impl Spread {
-    /// The poster's part of a [`SharingMode::Local`] wake-up, in two
-    /// batched wakes. The first wakes each other CPU's leader, first, so
-    /// that it starts waking its CPU's others while the poster goes on, and
-    /// then the sleepers tagged [`POSTERS`]. The second wakes whatever the
-    /// leaders have not taken by then, so that nothing waits for a leader
-    /// the scheduler has not run. Returns the system calls made.
-    fn finish_local(b: &Board, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
-        let mut first = Taken::new();
-        b.take(|tag| tag & LEADER != 0, &mut first);
-        b.take(|tag| tag & POSTERS != 0, &mut first);
-        let calls = first.wake(&mut wake);
-        calls + b.take_and_wake(|_| true, &mut wake)
     }
 }
 
@@ -1038,9 +1086,10 @@ mod tests {
 
 /// The model of [`SharingMode::Local`]: a poster on CPU 0 delivers three
 /// sleepers of CPU 1 and pushes each word right after its delivery; the
-/// second gets the handle and, once it sees its result, wakes what it can
-/// take on CPU 1 while the poster may still be delivering. Every word must
-/// be woken exactly once, whatever the interleaving.
+/// second gets the handle (the board holds three entries under loom, so
+/// the leader comes one delivery early) and, once it sees its result, wakes
+/// what it can take on CPU 1 while the poster may still be delivering.
+/// Every word must be woken exactly once, whatever the interleaving.
 #[cfg(all(test, loom))]
 mod local_model {
     use super::*;
@@ -1069,7 +1118,7 @@ mod local_model {
                         delivered.wait();
                     }
                     let raw = handle.load(Ordering::Relaxed);
-                    assert!(!raw.is_null(), "the second sleeper of CPU 1 leads");
+                    assert!(!raw.is_null(), "the second sleeper of CPU 1 leads here");
                     let mut woken = Vec::new();
                     // SAFETY: the leader's reference, used once.
                     unsafe {
@@ -1084,6 +1133,7 @@ mod local_model {
             model_cpu(0);
             let mut spread = Spread::new();
             spread.mode = SharingMode::Local;
+            spread.leader_at = 2;
             for k in 0..SLEEPERS {
                 let h = spread.handle_on(1);
                 assert_eq!(h != Handle::NONE, k == LEADER);
@@ -1288,49 +1338,52 @@ mod tests {
     }
 
     #[test]
-    fn local_sharing_hands_each_other_cpu_to_its_second_sleeper() {
-        let words: [AtomicU32; 8] = Default::default();
+    fn local_sharing_hands_each_other_cpu_to_its_third_sleeper() {
+        let words: [AtomicU32; 9] = Default::default();
         let mut spread = spread(SharingMode::Local);
         spread.me = 0;
-        // Four sleepers on CPU 1, two on the poster's CPU 0, one on CPU 2,
+        // Five sleepers on CPU 1, two on the poster's CPU 0, one on CPU 2,
         // one nobody knows where.
-        let cpus = [1, 1, 1, 1, 0, 0, 2, UNKNOWN_CPU];
+        let cpus = [1, 1, 1, 1, 1, 0, 0, 2, UNKNOWN_CPU];
         let handles: Vec<Handle> = words
             .iter()
             .zip(cpus)
             .map(|(w, cpu)| deliver(&mut spread, w, cpu, true))
             .collect();
-        let handed: Vec<usize> = (0..8).filter(|&k| handles[k] != Handle::NONE).collect();
-        assert_eq!(handed, [1], "only CPU 1's second sleeper leads");
-        // The leader first, then the first sleeper of its CPU and everyone
-        // no leader is sent to; CPU 1's third and fourth are the leader's,
-        // and the poster takes them only once it has woken the rest.
+        let handed: Vec<usize> = (0..9).filter(|&k| handles[k] != Handle::NONE).collect();
+        assert_eq!(handed, [2], "only CPU 1's third sleeper leads");
+        // The leader first, then the two sleepers of its CPU before it and
+        // everyone no leader is sent to; CPU 1's fourth and fifth are the
+        // leader's, and the poster takes them only once it has woken the
+        // rest.
         assert_eq!(
             batches(&mut spread, &words),
-            [vec![1, 0, 4, 5, 6, 7], vec![2, 3]]
+            [vec![2, 0, 1, 5, 6, 7, 8], vec![3, 4]]
         );
         // SAFETY: the handle used once; the poster took everything.
-        assert_eq!(unsafe { handles[1].help_on(1, |ws| ws.len()) }, 0);
+        assert_eq!(unsafe { handles[2].help_on(1, |ws| ws.len()) }, 0);
     }
 
     #[test]
     fn a_local_leader_wakes_the_sleepers_of_its_own_cpu_only() {
-        let words: [AtomicU32; 6] = Default::default();
+        let words: [AtomicU32; 8] = Default::default();
         let mut spread = spread(SharingMode::Local);
         spread.me = 0;
-        // CPU 1: the first parked, the second (the leader) still polling, so
-        // never pushed, two more parked; CPU 2: two parked.
+        // CPU 1: two parked, the third (the leader) still polling, so never
+        // pushed, two more parked; CPU 2: three parked.
         deliver(&mut spread, &words[0], 1, true);
-        let leader = deliver(&mut spread, &words[1], 1, false);
-        deliver(&mut spread, &words[2], 1, true);
+        deliver(&mut spread, &words[1], 1, true);
+        let leader = deliver(&mut spread, &words[2], 1, false);
         deliver(&mut spread, &words[3], 1, true);
-        let other = deliver(&mut spread, &words[4], 2, true);
-        let other_leader = deliver(&mut spread, &words[5], 2, true);
-        assert_eq!(other, Handle::NONE);
+        deliver(&mut spread, &words[4], 1, true);
+        for word in &words[5..7] {
+            assert_eq!(deliver(&mut spread, word, 2, true), Handle::NONE);
+        }
+        let other_leader = deliver(&mut spread, &words[7], 2, true);
         let mut woken = Vec::new();
         // The polling leader sees its result at once and helps while the
-        // poster still delivers: CPU 1's words, its first sleeper's too
-        // (whoever takes a word first wakes it), and nobody else's.
+        // poster still delivers: CPU 1's words after it, and nobody else's
+        // (the two before it are the poster's).
         // SAFETY: each handle used once.
         assert_eq!(
             unsafe {
@@ -1342,31 +1395,33 @@ mod tests {
             1
         );
         woken.sort_unstable();
-        assert_eq!(woken, [0, 2, 3]);
-        // The poster wakes CPU 2's leader and first sleeper; nothing is left.
-        assert_eq!(batches(&mut spread, &words), [vec![5, 4]]);
+        assert_eq!(woken, [3, 4]);
+        // The poster wakes CPU 2's leader first, then CPU 1's first two and
+        // the two before CPU 2's leader; nothing is left on the board.
+        assert_eq!(batches(&mut spread, &words), [vec![7, 0, 1, 5, 6]]);
         // SAFETY: as above.
         assert_eq!(unsafe { other_leader.help_on(2, |ws| ws.len()) }, 0);
     }
 
     #[test]
     fn a_local_post_with_nothing_to_share_wakes_everything_in_one_batch() {
-        let words: [AtomicU32; 4] = Default::default();
+        let words: [AtomicU32; 6] = Default::default();
         let mut spread = spread(SharingMode::Local);
         spread.me = 0;
-        // Two on the poster's CPU, one on each of two others: no CPU has a
-        // second sleeper, so nobody gets a handle.
-        for (w, cpu) in words.iter().zip([0, 0, 1, 2]) {
+        // Two on the poster's CPU, two on CPU 1, one on CPU 2, one nobody
+        // knows where: no other CPU has a third sleeper, so nobody gets a
+        // handle.
+        for (w, cpu) in words.iter().zip([0, 0, 1, 1, 2, UNKNOWN_CPU]) {
             assert_eq!(deliver(&mut spread, w, cpu, true), Handle::NONE);
         }
-        assert_eq!(batches(&mut spread, &words), [vec![0, 1, 2, 3]]);
+        assert_eq!(batches(&mut spread, &words), [vec![0, 1, 2, 3, 4, 5]]);
         // The board went back to the thread's spare, ready for the next post.
-        let words: [AtomicU32; 2] = Default::default();
+        let words: [AtomicU32; 4] = Default::default();
         spread.me = 0;
         for w in &words {
             deliver(&mut spread, w, 1, true);
         }
-        assert_eq!(batches(&mut spread, &words), [vec![1, 0]]);
+        assert_eq!(batches(&mut spread, &words), [vec![2, 0, 1], vec![3]]);
     }
 
     #[test]
@@ -1390,12 +1445,12 @@ mod tests {
         let leaders: Vec<usize> = (0..words.len())
             .filter(|&k| handles[k] != Handle::NONE)
             .collect();
-        assert_eq!(leaders, [4, 5]);
+        assert_eq!(leaders, [7, 8]);
         // SAFETY: each handle used once.
-        unsafe { handles[5].help_on(2, &mut record) };
+        unsafe { handles[8].help_on(2, &mut record) };
         spread.finish(&mut record);
         // SAFETY: as above.
-        unsafe { handles[4].help_on(1, &mut record) };
+        unsafe { handles[7].help_on(1, &mut record) };
         assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
 }
