@@ -110,8 +110,9 @@ const POSTER_BIAS: usize = 1 << (usize::BITS - 2);
 /// to 1.41x (8), and `SemSet` from 0.85x to 1.28x (8); on all 16 it rose
 /// too (BENCHMARKS.md). 3 CPUs were not measured. Below this,
 /// [`SharingMode::Local`]: on the 2-CPU guest it took sembench with 250
-/// workers from 0.79x to 1.43x the kernel (`SemSet`) and the floor from
-/// 0.81x to 1.65x; it has not been measured with more CPUs yet.
+/// workers from 0.77x-0.81x to 1.38x-1.51x the kernel (`SemSet`) and the
+/// floor from 0.82x-0.86x to 1.63x-1.74x; it has not been measured with
+/// more CPUs yet.
 const SHARING_MIN_CPUS: usize = 4;
 
 /// The environment variable that decides sharing: `0` off, `local`
@@ -717,7 +718,7 @@ impl Spread {
     /// [`SharingMode::Any`]: every delivery gets one but the first, so a
     /// post that completes one sleeper costs nothing more; the sleepers
     /// after it help. [`SharingMode::Local`]: only the third delivery to
-    /// each CPU other than the poster's gets one ([`LEADER_AT`]). Its
+    /// each CPU other than the poster's gets one (`LEADER_AT`). Its
     /// sleeper wakes the fourth and later of that CPU, which costs no IPI
     /// there; the poster wakes it and the two before it at once, so that a
     /// sleeper that holds what others wait for is not kept waiting for a

@@ -87,7 +87,7 @@
 //!   CPU costs its waker an IPI, so the poster wakes one leader on each
 //!   other CPU, which wakes the others there, each a wake onto its own CPU;
 //!   every queued sleeper notes its CPU for this. On a 2-CPU guest,
-//!   sembench `-t 250` went from 0.79x to 1.43x the kernel.
+//!   sembench `-t 250` went from 0.77x-0.81x to 1.38x-1.51x the kernel.
 //! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
 //!   polls for a budget each thread learns ([`set_sleeper_spin`]), and only
 //!   then sleeps; a waker only makes a futex call for a sleeper that really
