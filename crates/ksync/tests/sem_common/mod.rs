@@ -766,13 +766,5 @@ pub fn allowed_cpus() -> Vec<usize> {
 
 /// The first CPU this thread may run on.
 pub fn first_allowed_cpu() -> usize {
-    // SAFETY: as in `pin`; sched_getaffinity fills the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-        assert_eq!(rc, 0, "sched_getaffinity");
-        (0..libc::CPU_SETSIZE as usize)
-            .find(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .unwrap_or(0)
-    }
+    allowed_cpus().first().copied().unwrap_or(0)
 }
