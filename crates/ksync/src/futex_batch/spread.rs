@@ -63,7 +63,7 @@
 //! wakes one sleeper allocates nothing.
 //!
 //! Barriers: the release store of `len` in [`Spread::push`] pairs with the
-//! acquire loads of `len` in [`Board::claim`] and `Board::take` (an entry
+//! acquire loads of `len` in [`Board::claim`] and `Board::take_and_wake` (an entry
 //! claimed or taken was written, its CPU included);
 //! the handle is published by the caller's own release (for `ksync::sem`,
 //! the status swap that delivers the result) and read after the sleeper's
@@ -310,8 +310,14 @@ impl Board {
 
     /// [`SharingMode::Local`]: takes every entry nobody has taken whose CPU
     /// `pick` accepts, each by swapping its word out, so that it is taken
-    /// once, and appends the words to `taken`.
-    fn take(&self, mut pick: impl FnMut(u32) -> bool, taken: &mut Taken) {
+    /// once, and wakes them in one batched wake. Returns the system calls
+    /// made.
+    fn take_and_wake(
+        &self,
+        pick: impl Fn(u32) -> bool,
+        wake: impl FnOnce(&[*const AtomicU32]) -> usize,
+    ) -> usize {
+        let mut taken = Taken::new();
         // Pairs with the release store in `Spread::push_ptr_on`: entries
         // below `len` are written, CPUs included.
         let len = self.len.load(Ordering::Acquire);
@@ -326,17 +332,6 @@ impl Board {
                 taken.len += 1;
             }
         }
-    }
-
-    /// [`take`](Self::take), then one batched wake of what it took.
-    /// Returns the system calls made.
-    fn take_and_wake(
-        &self,
-        pick: impl FnMut(u32) -> bool,
-        wake: impl FnOnce(&[*const AtomicU32]) -> usize,
-    ) -> usize {
-        let mut taken = Taken::new();
-        self.take(pick, &mut taken);
         taken.wake(wake)
     }
 
@@ -580,7 +575,7 @@ pub struct Spread {
     me: u32,
     met: [(u32, u32); MAX_CHUNK],
     met_len: usize,
-    /// [`LEADER_AT`] (a model with fewer entries sets it lower).
+    /// [`LEADER_AT`] (a model with fewer entries sets it lower; at least 2).
     leader_at: u32,
     /// The board entry of the first word whose sleeper can help. The first
     /// wake reaches it, with the words before it (the first delivery's,
@@ -767,11 +762,7 @@ impl Spread {
             self.met[self.met_len] = (cpu, 1);
             self.met_len += 1;
         }
-        if self.leader_at <= 1 {
-            Role::Leader
-        } else {
-            Role::Poster
-        }
+        Role::Poster
     }
 
     /// Owes `word` a wake. The word is a futex key only: it may be gone by
