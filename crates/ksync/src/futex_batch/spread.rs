@@ -317,7 +317,7 @@ impl Board {
         pick: impl Fn(u32) -> bool,
         wake: impl FnOnce(&[*const AtomicU32]) -> usize,
     ) -> usize {
-        let mut taken = Taken::new();
+        let mut taken = Taken::<CAPACITY>::new();
         // Pairs with the release store in `Spread::push_ptr_on`: entries
         // below `len` are written, CPUs included.
         let len = self.len.load(Ordering::Acquire);
@@ -328,8 +328,7 @@ impl Board {
             }
             let word = self.words[i].swap(core::ptr::null_mut(), Ordering::Relaxed);
             if !word.is_null() {
-                taken.words[taken.len] = word.cast_const();
-                taken.len += 1;
+                taken.push(word.cast_const());
             }
         }
         taken.wake(wake)
@@ -381,12 +380,11 @@ impl Board {
         claimed: Range<usize>,
         wake: impl FnOnce(&[*const AtomicU32]) -> usize,
     ) -> usize {
-        let mut batch = [core::ptr::null::<AtomicU32>(); MAX_CHUNK];
-        let n = claimed.len();
-        for (slot, i) in batch.iter_mut().zip(claimed) {
-            *slot = self.word(i);
+        let mut batch = Taken::<MAX_CHUNK>::new();
+        for i in claimed {
+            batch.push(self.word(i));
         }
-        wake(&batch[..n])
+        batch.wake(wake)
     }
 
     /// Claims up to `chunk` entries at a time and wakes them, each chunk in
@@ -423,18 +421,23 @@ impl Board {
     }
 }
 
-/// Words taken from a board ([`SharingMode::Local`]), to wake in one batch.
-struct Taken {
-    words: [*const AtomicU32; CAPACITY],
+/// Up to `N` words taken or claimed from a board, to wake in one batch.
+struct Taken<const N: usize> {
+    words: [*const AtomicU32; N],
     len: usize,
 }
 
-impl Taken {
+impl<const N: usize> Taken<N> {
     fn new() -> Self {
         Taken {
-            words: [core::ptr::null(); CAPACITY],
+            words: [core::ptr::null(); N],
             len: 0,
         }
+    }
+
+    fn push(&mut self, word: *const AtomicU32) {
+        self.words[self.len] = word;
+        self.len += 1;
     }
 
     /// One batched wake, if anything was taken. Returns the system calls
@@ -504,15 +507,17 @@ impl Handle {
     /// [`help`](Self::help), with `wake` for the futex wake (loom's model
     /// records instead).
     unsafe fn help_with(self, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
-        if self.0.is_null() {
-            return 0;
-        }
         // SAFETY: passed on from our caller.
-        unsafe { self.help_on(this_cpu(), wake) }
+        unsafe { self.help_on(this_cpu, wake) }
     }
 
-    /// [`help_with`](Self::help_with) for a helper that runs on CPU `me`.
-    unsafe fn help_on(self, me: u32, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
+    /// [`help_with`](Self::help_with) for a helper that runs on the CPU
+    /// `me` says (asked only on a [`SharingMode::Local`] board).
+    unsafe fn help_on(
+        self,
+        me: impl FnOnce() -> u32,
+        wake: impl FnMut(&[*const AtomicU32]) -> usize,
+    ) -> usize {
         let Some(board) = NonNull::new(self.0) else {
             return 0;
         };
@@ -520,6 +525,7 @@ impl Handle {
         let b = unsafe { board.as_ref() };
         let calls = if b.is_local() {
             // This CPU's sleepers only: waking them here costs no IPI.
+            let me = me();
             b.take_and_wake(|cpu| cpu == me, wake)
         } else {
             b.drain(HELPER_CHUNK, wake)
@@ -649,9 +655,16 @@ impl Overflow {
         self.len == 0
     }
 
-    fn clear(&mut self) {
+    /// One batched wake of every word, if there is any, and none left.
+    /// Returns the system calls made.
+    fn wake_and_clear(&mut self, wake: impl FnOnce(&[*const AtomicU32]) -> usize) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let calls = wake(self.as_slice());
         self.len = 0;
         self.heap.clear();
+        calls
     }
 }
 
@@ -844,18 +857,13 @@ impl Spread {
         // Local: the poster's own batch first, leaders at its front, then
         // what the leaders have not taken from the board; otherwise the
         // board, then the words past its capacity.
-        let local = self.mode == SharingMode::Local;
-        if local && !self.overflow.is_empty() {
-            calls += wake(self.overflow.as_slice());
-            self.overflow.clear();
+        if self.mode == SharingMode::Local {
+            calls += self.overflow.wake_and_clear(&mut wake);
         }
         if let Some(board) = self.board.take() {
             calls += self.finish_board(board, &mut wake);
         }
-        if !self.overflow.is_empty() {
-            calls += wake(self.overflow.as_slice());
-            self.overflow.clear();
-        }
+        calls += self.overflow.wake_and_clear(&mut wake);
         self.len = 0;
         self.deliveries = 0;
         self.handles = 0;
@@ -884,11 +892,10 @@ impl Spread {
             if self.handles == 0 {
                 // Nobody else has the board: wake what it holds in one batch,
                 // without claiming, and keep it.
-                let mut all = Taken::new();
+                let mut all = Taken::<CAPACITY>::new();
                 for i in 0..self.len {
-                    all.words[i] = b.word(i);
+                    all.push(b.word(i));
                 }
-                all.len = self.len;
                 calls += all.wake(&mut wake);
                 b.reset();
                 spare::put(board);
@@ -1353,7 +1360,7 @@ mod tests {
             [vec![2, 0, 1, 5, 6, 7, 8], vec![3, 4]]
         );
         // SAFETY: the handle used once; the poster took everything.
-        assert_eq!(unsafe { handles[2].help_on(1, |ws| ws.len()) }, 0);
+        assert_eq!(unsafe { handles[2].help_on(|| 1, |ws| ws.len()) }, 0);
     }
 
     #[test]
@@ -1379,10 +1386,13 @@ mod tests {
         // SAFETY: each handle used once.
         assert_eq!(
             unsafe {
-                leader.help_on(1, |ws| {
-                    woken.extend(ws.iter().map(|&w| index(&words, w)));
-                    1
-                })
+                leader.help_on(
+                    || 1,
+                    |ws| {
+                        woken.extend(ws.iter().map(|&w| index(&words, w)));
+                        1
+                    },
+                )
             },
             1
         );
@@ -1392,7 +1402,7 @@ mod tests {
         // the two before CPU 2's leader; nothing is left on the board.
         assert_eq!(batches(&mut spread, &words), [vec![7, 0, 1, 5, 6]]);
         // SAFETY: as above.
-        assert_eq!(unsafe { other_leader.help_on(2, |ws| ws.len()) }, 0);
+        assert_eq!(unsafe { other_leader.help_on(|| 2, |ws| ws.len()) }, 0);
     }
 
     #[test]
@@ -1439,10 +1449,10 @@ mod tests {
             .collect();
         assert_eq!(leaders, [7, 8]);
         // SAFETY: each handle used once.
-        unsafe { handles[8].help_on(2, &mut record) };
+        unsafe { handles[8].help_on(|| 2, &mut record) };
         spread.finish(&mut record);
         // SAFETY: as above.
-        unsafe { handles[7].help_on(1, &mut record) };
+        unsafe { handles[7].help_on(|| 1, &mut record) };
         assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
 }

@@ -329,6 +329,7 @@ impl Sleeper {
         blocking: usize,
         dupsop: bool,
     ) -> Self {
+        let flag = |has: bool, bit: u8| if has { bit } else { 0 };
         Sleeper {
             status: AtomicU32::new(PENDING),
             inline: core::array::from_fn(|i| sops.get(i).copied().unwrap_or_default()),
@@ -337,17 +338,9 @@ impl Sleeper {
             nsops: sops.len() as u16,
             undo: undo.map_or(core::ptr::null(), |u| u as *const UndoEntry),
             blocking: AtomicU32::new(blocking as u32),
-            traits: if dupsop { DUPSOP } else { 0 }
-                | if sops.iter().any(|s| s.op == 0) {
-                    WAITS_FOR_ZERO
-                } else {
-                    0
-                }
-                | if sops.iter().any(|s| s.flags & IPC_NOWAIT != 0) {
-                    NOWAIT
-                } else {
-                    0
-                },
+            traits: flag(dupsop, DUPSOP)
+                | flag(sops.iter().any(|s| s.op == 0), WAITS_FOR_ZERO)
+                | flag(sops.iter().any(|s| s.flags & IPC_NOWAIT != 0), NOWAIT),
             // Where the owner is now is where it will sleep, but for a
             // migration meanwhile, which costs only an IPI.
             cpu: u16::try_from(crate::futex_batch::this_cpu()).unwrap_or(u16::MAX),
