@@ -61,6 +61,9 @@ pub(crate) mod thread_slot;
 #[cfg(any(feature = "std", loom))]
 pub mod spin_budget;
 
+#[cfg(any(feature = "std", loom))]
+pub mod poll_learner;
+
 pub mod spin;
 
 #[cfg(any(feature = "std", loom))]

@@ -841,6 +841,38 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_whose_waits_are_long_stops_probing() {
+        use crate::poll_learner::{MIN_POLLS, PROBE_EVERY, PROBE_POLLS};
+        // Each wait lasts far longer than the longest context switch the
+        // learner would believe (200 us, eight of them): a probe could never
+        // catch one.
+        const WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+        let set = std::sync::Arc::new(SemSet::new(1).unwrap());
+        // A fresh thread: its first wait polls MIN_POLLS times and fails, its
+        // waits then sleep at once but for the probe on one in PROBE_EVERY.
+        // The first probe is timed, and its wait was long, so the second
+        // probe-due wait sleeps at once (timed again): without the timing
+        // (`SemSet::op` ending it) that wait would probe too.
+        let waits = 1 + 2 * PROBE_EVERY;
+        let waiter = {
+            let set = std::sync::Arc::clone(&set);
+            std::thread::spawn(move || {
+                for _ in 0..waits {
+                    set.semop(&[SemBuf::new(0, -1, 0)]).unwrap();
+                }
+            })
+        };
+        for _ in 0..waits {
+            // Queued: its polls are over.
+            crate::test_common::wait_until("the waiter queued", || set.ncnt(0) == Ok(1));
+            std::thread::sleep(WAIT);
+            set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+        }
+        waiter.join().unwrap();
+        assert_eq!(polls(set.shared(), 0), u64::from(MIN_POLLS + PROBE_POLLS));
+    }
+
+    #[test]
     fn undo_and_nowait_operations_do_not_poll_the_word() {
         let set = SemSet::new(1).unwrap();
         let set = set.shared();

@@ -47,6 +47,7 @@ use super::undo_entry::UndoEntry;
 use super::{SemBuf, IPC_NOWAIT};
 use crate::futex::{self, Wake};
 use crate::futex_batch::{Board, Handle, Spread};
+use crate::poll_learner::PollLearner;
 use crate::relax::cpu_relax;
 use crate::sync::unmodelled::AtomicU32 as TuningU32;
 use crate::sync::{AtomicPtr, AtomicU32, Ordering};
@@ -61,47 +62,23 @@ pub(super) const DONE: u32 = 2;
 /// Default for [`set_sleeper_spin`].
 pub const DEFAULT_SLEEPER_SPIN: u32 = if cfg!(loom) { 0 } else { 1000 };
 
-/// The fewest polls a thread that polls at all spends on a wait.
-const MIN_SPIN: u32 = 16;
-
-/// A thread whose polls kept failing sleeps at once, except on one wait in
-/// this many, which it polls for [`PROBE_SPIN`] to notice when waits become
-/// short again.
-const PROBE_EVERY: u32 = 16;
-
-/// The polls of a probe: about 3 us at 24 ns a poll. A probe must outlast
-/// the time a running poster takes to come back to this sleeper (one pass
-/// over its sleepers and a wake-up system call), or it fails even when waits
-/// are short. With probes of [`MIN_SPIN`] polls (0.4 us), sembench's workers
-/// that shared no CPU with the poster, whose polls succeeded 94 times in 100,
-/// sat at a budget of nothing on 46% of their waits, probing in vain. A
-/// failed probe costs its polls once in [`PROBE_EVERY`] waits and sends the
-/// thread straight back to sleeping at once. (Backing the probes off after
-/// failures, up to one in 256 waits, lost the gain again: the workers whose
-/// waits were short stopped finding out.)
-const PROBE_SPIN: u32 = 8 * MIN_SPIN;
+std::thread_local! {
+    /// What this thread learned about its waits.
+    static LEARNED: core::cell::Cell<PollLearner> = const {
+        core::cell::Cell::new(PollLearner::new())
+    };
+}
 
 static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
 
-/// What a thread learned about its waits.
-#[derive(Clone, Copy)]
-struct Learned {
-    /// The polls its next wait may spend; 0: sleep at once.
-    budget: u32,
-    /// At budget 0, the waits since it last probed.
-    waits: u32,
-    /// The wait now polling is a probe.
-    probing: bool,
-}
-
-std::thread_local! {
-    static LEARNED: core::cell::Cell<Learned> = const {
-        core::cell::Cell::new(Learned {
-            budget: MIN_SPIN,
-            waits: 0,
-            probing: false,
-        })
-    };
+/// Runs `f` on this thread's learner.
+fn with_learner<R>(f: impl FnOnce(&mut PollLearner) -> R) -> R {
+    LEARNED.with(|cell| {
+        let mut learner = cell.get();
+        let result = f(&mut learner);
+        cell.set(learner);
+        result
+    })
 }
 
 /// Sets the most times a blocked `semop` polls before it sleeps in the
@@ -110,16 +87,12 @@ std::thread_local! {
 /// queued. 0 sleeps at once.
 ///
 /// A poll is one `cpu_relax` (a few to tens of nanoseconds: 24 ns on the
-/// machine BENCHMARKS.md describes). A sleeper completed while it still polls
-/// costs neither it nor the waker a system call; polling for a wake-up that
-/// comes much later only burns CPU time the poster may need. So each thread
-/// learns its own budget, up to this limit: doubled when a wait ended during
-/// the poll, halved when it had to sleep, and dropped to nothing below 16
-/// polls, after which the thread sleeps at once and only probes with 128
-/// polls on one wait in 16 (a probe that fails goes straight back to
-/// nothing; one that succeeds starts again from 256). Ping-pong between two
-/// threads learns to poll; sembench's 250 workers, reposted only after
-/// hundreds of other wake-ups, learn not to.
+/// machine BENCHMARKS.md describes). Each thread learns its own budget, up to
+/// this limit ([`crate::poll_learner`]): doubled when a wait ended during the
+/// poll, halved when it had to sleep, nothing below 16 polls but a 128-poll
+/// probe on one wait in 16, and no probes while its timed waits are long.
+/// Ping-pong between two threads learns to poll; sembench's 250 workers,
+/// reposted only after hundreds of other wake-ups, learn not to.
 pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
@@ -131,62 +104,23 @@ pub(super) fn spin_budget() -> u32 {
     if limit == 0 {
         return 0;
     }
-    LEARNED.with(|l| {
-        let learned = l.get();
-        match learned.budget {
-            0 if learned.waits + 1 < PROBE_EVERY => {
-                l.set(Learned {
-                    waits: learned.waits + 1,
-                    probing: false,
-                    ..learned
-                });
-                0
-            }
-            0 => {
-                l.set(Learned {
-                    budget: 0,
-                    waits: 0,
-                    probing: true,
-                });
-                PROBE_SPIN.min(limit)
-            }
-            budget => budget.clamp(MIN_SPIN.min(limit), limit),
-        }
-    })
+    with_learner(|l| l.budget(limit))
 }
 
 /// Records how a wait that polled `budget` times went.
 pub(super) fn learn(budget: u32, completed_while_polling: bool) {
-    LEARNED.with(|l| {
-        let next = if completed_while_polling {
-            budget.saturating_mul(2).max(MIN_SPIN)
-        } else if l.get().probing || budget / 2 < MIN_SPIN {
-            0
-        } else {
-            budget / 2
-        };
-        l.set(Learned {
-            budget: next,
-            waits: 0,
-            probing: false,
-        });
-    });
+    with_learner(|l| l.learn(budget, completed_while_polling));
 }
 
-/// A probe that ended before it could tell anything (a look said to queue):
-/// the thread's next wait probes instead, so that a thread whose semaphore
-/// often has sleepers queued first still finds out when waits are short.
+/// This thread's wait is over: a timed one teaches whether waits are long
+/// (`PollLearner::wait_ended`).
+pub(super) fn wait_ended() {
+    with_learner(PollLearner::wait_ended);
+}
+
+/// A probe that ended before it could tell anything (a look said to queue).
 fn keep_probe_due() {
-    LEARNED.with(|l| {
-        let learned = l.get();
-        if learned.probing {
-            l.set(Learned {
-                budget: 0,
-                waits: PROBE_EVERY - 1,
-                probing: false,
-            });
-        }
-    });
+    with_learner(PollLearner::keep_probe_due);
 }
 
 /// What one look at a polled semaphore word decided.
@@ -568,46 +502,19 @@ impl Wakeups {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::poll_learner::{MIN_POLLS, PROBE_EVERY, PROBE_POLLS};
 
     #[test]
-    fn a_thread_whose_polls_fail_stops_polling_and_probes_now_and_then() {
+    fn a_probe_cut_short_by_a_look_that_says_to_queue_is_not_lost() {
         // A fresh thread, so that no other test's waits taught it anything.
         std::thread::spawn(|| {
-            assert_eq!(spin_budget(), MIN_SPIN);
-            learn(MIN_SPIN, true);
-            assert_eq!(spin_budget(), 2 * MIN_SPIN);
-            learn(2 * MIN_SPIN, false);
-            assert_eq!(spin_budget(), MIN_SPIN);
-            learn(MIN_SPIN, false);
-            // Below 16 polls: sleep at once, but probe, longer, on one wait
-            // in 16.
-            let budgets: Vec<u32> = (0..2 * PROBE_EVERY).map(|_| spin_budget()).collect();
-            let probes = budgets.iter().filter(|&&b| b == PROBE_SPIN).count();
-            assert_eq!(probes, 2, "{budgets:?}");
-            assert!(budgets.iter().all(|&b| b == 0 || b == PROBE_SPIN));
-            // A probe that fails goes straight back to sleeping at once,
-            // although half of its polls would be a budget of their own.
-            while spin_budget() != PROBE_SPIN {}
-            learn(PROBE_SPIN, false);
-            assert_eq!(spin_budget(), 0);
-            // A probe that succeeds brings polling back.
-            while spin_budget() != PROBE_SPIN {}
-            learn(PROBE_SPIN, true);
-            assert_eq!(spin_budget(), 2 * PROBE_SPIN);
-            // And a failure after that halves, as before.
-            learn(2 * PROBE_SPIN, false);
-            assert_eq!(spin_budget(), PROBE_SPIN);
-            // Back at nothing, a probe cut short by a look that says to
-            // queue is not lost: the next wait probes.
-            for budget in [PROBE_SPIN, PROBE_SPIN / 2, PROBE_SPIN / 4, PROBE_SPIN / 8] {
-                learn(budget, false);
-            }
+            learn(MIN_POLLS, false);
             for _ in 0..PROBE_EVERY - 1 {
                 assert_eq!(spin_budget(), 0);
             }
             let (polled, polls) = poll_before_queueing::<()>(None, || Look::Queue);
             assert_eq!((polled, polls), (Polled::Queue, 1));
-            assert_eq!(spin_budget(), PROBE_SPIN);
+            assert_eq!(spin_budget(), PROBE_POLLS);
         })
         .join()
         .unwrap();

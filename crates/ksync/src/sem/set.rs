@@ -24,7 +24,7 @@ use super::lock::new_global_lock;
 use super::mode::Held;
 use super::node_pool::Claim;
 use super::perform::{scan, Attempt, Op};
-use super::queue::{spin_budget, NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
+use super::queue::{spin_budget, wait_ended, NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
@@ -293,6 +293,7 @@ impl SemSet {
         let waited = sleeper.wait(deadline, polled);
         set.count_wait(sops, &waited);
         if let Some(status) = waited.status {
+            wait_ended();
             set.help_wake(sops, sleeper);
             return decode(status);
         }

@@ -11,10 +11,8 @@
 //! A semaphore is a count of posts and a count of sleepers, each on its own
 //! cache line pair with its neighbours', as ksync keeps its semaphores.
 //! `down` takes a post with a compare-and-swap; with none there it polls a
-//! while (a per-thread budget learned the way ksync's sleepers learn it:
-//! doubled when a post arrived while polling, halved when it had to sleep,
-//! nothing below 16 polls but a 128-poll probe on one wait in 16, which
-//! sends the thread straight back to nothing if it fails), then
+//! while (a per-thread budget learned by ksync's own learner,
+//! `ksync::poll_learner`, as ksync's sleepers learn theirs), then
 //! announces itself in the sleeper count and sleeps on the post count while
 //! that reads 0. `up` adds its posts and collects the words with a
 //! sleeper announced; one shared-out wake covers them all, and each woken
@@ -23,55 +21,29 @@
 use super::{PlainOp, SemBackend, SemError, WaitEvents, MAX_SEMS};
 use crate::harness::futex;
 use ksync::futex_batch::{Board, Handle, Spread};
+use ksync::poll_learner::PollLearner;
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Set in every post count once the set is removed.
 const REMOVED: u32 = 1 << 31;
-/// Poll budget bounds, in polls of the post count (the same as ksync's
-/// sleepers: `ksync::sem::DEFAULT_SLEEPER_SPIN` at most).
-const MIN_POLLS: u32 = 16;
+/// The most polls of the post count a wait spends: as many as ksync's
+/// sleepers (`ksync::sem::DEFAULT_SLEEPER_SPIN`).
 const MAX_POLLS: u32 = ksync::sem::DEFAULT_SLEEPER_SPIN;
-/// A thread that stopped polling probes with [`PROBE_POLLS`] on one wait
-/// in this many.
-const PROBE_EVERY: u32 = 16;
-/// A probe's polls, as long as ksync's (`ksync::sem`'s learner).
-const PROBE_POLLS: u32 = 8 * MIN_POLLS;
 
 thread_local! {
-    /// The learned budget (0: sleep at once), the waits since a probe, and
-    /// whether the wait now polling is a probe.
-    static POLL_BUDGET: Cell<(u32, u32, bool)> = const { Cell::new((MIN_POLLS, 0, false)) };
+    /// What this thread learned about its waits, as ksync's sleepers learn it.
+    static LEARNED: Cell<PollLearner> = const { Cell::new(PollLearner::new()) };
 }
 
-/// The polls this wait may spend.
-fn poll_budget() -> u32 {
-    POLL_BUDGET.with(|b| match b.get() {
-        (0, waits, _) if waits + 1 < PROBE_EVERY => {
-            b.set((0, waits + 1, false));
-            0
-        }
-        (0, _, _) => {
-            b.set((0, 0, true));
-            PROBE_POLLS
-        }
-        (budget, _, _) => budget.clamp(MIN_POLLS, MAX_POLLS),
+/// Runs `f` on this thread's learner.
+fn with_learner<R>(f: impl FnOnce(&mut PollLearner) -> R) -> R {
+    LEARNED.with(|cell| {
+        let mut learner = cell.get();
+        let result = f(&mut learner);
+        cell.set(learner);
+        result
     })
-}
-
-/// Records how a wait that polled `budget` times went.
-fn learn(budget: u32, posted_while_polling: bool) {
-    POLL_BUDGET.with(|b| {
-        let probing = b.get().2;
-        let next = if posted_while_polling {
-            budget.saturating_mul(2).max(MIN_POLLS)
-        } else if probing || budget / 2 < MIN_POLLS {
-            0
-        } else {
-            budget / 2
-        };
-        b.set((next, 0, false));
-    });
 }
 
 /// One semaphore: posts not yet taken, and sleepers that may be asleep on
@@ -169,7 +141,7 @@ impl FutexBatch {
         if nowait {
             return Err(SemError::Failed("nothing posted (IPC_NOWAIT)".into()));
         }
-        let budget = poll_budget();
+        let budget = with_learner(|l| l.budget(MAX_POLLS));
         for polls in 1..=budget {
             std::hint::spin_loop();
             if word.posts.load(Ordering::Relaxed) != 0 {
@@ -177,7 +149,7 @@ impl FutexBatch {
                     self.events
                         .polls
                         .fetch_add(u64::from(polls), Ordering::Relaxed);
-                    learn(budget, true);
+                    with_learner(|l| l.learn(budget, true));
                     return done;
                 }
             }
@@ -186,7 +158,7 @@ impl FutexBatch {
             self.events
                 .polls
                 .fetch_add(u64::from(budget), Ordering::Relaxed);
-            learn(budget, false);
+            with_learner(|l| l.learn(budget, false));
         }
         // Announce, then look again: the SeqCst increment and the SeqCst
         // load pair with the poster's SeqCst increment and fence, so either
@@ -204,6 +176,7 @@ impl FutexBatch {
             futex::wait(&word.posts, 0);
         };
         word.sleepers.fetch_sub(1, Ordering::Relaxed);
+        with_learner(PollLearner::wait_ended);
         // A woken sleeper helps wake the rest of the post, as ksync's do.
         word.help(&self.events);
         result

@@ -18,7 +18,7 @@ use super::procs::{registry, Me};
 use crate::futex::wait_shared;
 use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
-use crate::sem::queue::{learn, poll_before_queueing, spin_budget, Look, Polled};
+use crate::sem::queue::{learn, poll_before_queueing, spin_budget, wait_ended, Look, Polled};
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemCounters, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
@@ -729,6 +729,7 @@ impl SharedSemSet {
         self.map
             .word(layout.sleeper(slot, sleeper::STATE))
             .store(SLEEPER_FREE, Ordering::Release);
+        wait_ended();
         match code {
             0 => Ok(()),
             e => Err(SemError::from_errno(e as i32).unwrap_or(SemError::Invalid)),
@@ -1183,6 +1184,36 @@ mod tests {
         // came due: `reap_if_due`), the post's, and its retry of the sleeper.
         assert!((3..=4).contains(&(after.attempts - before.attempts)));
         assert_eq!(after.visited - before.visited, 1);
+        set.remove().unwrap();
+    }
+
+    #[test]
+    fn a_sleeper_whose_waits_are_long_stops_probing() {
+        use crate::poll_learner::{MIN_POLLS, PROBE_EVERY, PROBE_POLLS};
+        // As for the in-process sets (`mode.rs`): waits far longer than
+        // eight of the longest context switch the learner believes (200 us),
+        // so the second probe-due wait skips its probe, but only if `collect`
+        // ends each wait's timing.
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        let waits = 1 + 2 * PROBE_EVERY;
+        std::thread::scope(|s| {
+            // A fresh thread, which polls MIN_POLLS times on its first wait.
+            let waiter = s.spawn(|| {
+                for _ in 0..waits {
+                    set.semop(&[SemBuf::new(0, -1, 0)]).unwrap();
+                }
+            });
+            for _ in 0..waits {
+                while set.ncnt(0) != Ok(1) {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+            }
+            waiter.join().unwrap();
+        });
+        assert_eq!(set.counters().polls, u64::from(MIN_POLLS + PROBE_POLLS));
         set.remove().unwrap();
     }
 

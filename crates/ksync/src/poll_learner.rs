@@ -1,0 +1,286 @@
+//! How many times a blocked thread polls before it sleeps, learned per
+//! thread from how its waits went.
+//!
+//! A waiter completed while it still polls costs neither it nor its waker a
+//! system call; polling for a wake-up that comes much later only burns CPU
+//! time that the thread it waits for may need. So each thread learns its own
+//! budget: doubled when a wait ended during the poll, halved when it had to
+//! sleep, and dropped to nothing below [`MIN_POLLS`]. A thread at nothing
+//! sleeps at once, and once in [`PROBE_EVERY`] waits it probes with
+//! [`PROBE_POLLS`] polls to notice when its waits become short again: a probe
+//! that fails goes straight back to nothing, one that succeeds starts again
+//! from twice the probe. Ping-pong between two threads learns to poll;
+//! sembench's 250 workers, reposted only after hundreds of other wake-ups,
+//! learn not to.
+//!
+//! **The probes are timed.** The wait on which a thread at nothing would
+//! probe is timed, from its start to its end, probe and sleep included. A
+//! wait that lasted more than [`LONG_WAIT_SWITCHES`] context switches
+//! (`spin_budget::context_switch`) could not have been caught by a probe,
+//! which lasts less than one: while the timed waits are that long the thread
+//! skips its probes (it still times one wait in [`PROBE_EVERY`], sleeping at
+//! once), and the first timed wait short enough brings them back. Untimed
+//! probes cost sembench `-t 250 -w 64`'s workers, whose waits last hundreds
+//! of microseconds, 128 polls on one wait in 16 that never succeeded: on two
+//! CPUs about a tenth of the CPU time per burn (BENCHMARKS.md, issue 12's
+//! eleventh round).
+//!
+//! The budget is the caller's to spend: a [`PollLearner`] only says how many
+//! polls and hears how they went. ksync's semaphore sets keep one per thread
+//! (`sem::set_sleeper_spin` bounds it); so does the lab's bare-futex floor,
+//! so that the two poll alike.
+//!
+//! ```
+//! use ksync::poll_learner::{PollLearner, MIN_POLLS};
+//!
+//! let mut learner = PollLearner::new();
+//! let budget = learner.budget(1000);
+//! assert_eq!(budget, MIN_POLLS);
+//! // The wait ended while it polled: poll longer next time.
+//! learner.learn(budget, true);
+//! assert_eq!(learner.budget(1000), 2 * MIN_POLLS);
+//! ```
+
+use std::time::Instant;
+
+use crate::spin_budget::context_switch_ns;
+
+/// The fewest polls a thread that polls at all spends on a wait.
+pub const MIN_POLLS: u32 = 16;
+
+/// A thread whose polls kept failing sleeps at once, except on one wait in
+/// this many, which it polls for [`PROBE_POLLS`] (unless its waits are known
+/// to be long) and times.
+pub const PROBE_EVERY: u32 = 16;
+
+/// The polls of a probe: about 3 us at 24 ns a poll. A probe must outlast
+/// the time a running poster takes to come back to this sleeper (one pass
+/// over its sleepers and a wake-up system call), or it fails even when waits
+/// are short. With probes of [`MIN_POLLS`] polls (0.4 us), sembench's workers
+/// that shared no CPU with the poster, whose polls succeeded 94 times in 100,
+/// sat at a budget of nothing on 46% of their waits, probing in vain. A
+/// failed probe costs its polls once in [`PROBE_EVERY`] waits and sends the
+/// thread straight back to sleeping at once. (Backing the probes off after
+/// failures, up to one in 256 waits, lost the gain again: the workers whose
+/// waits were short stopped finding out. Timing the waits tells the two
+/// apart.)
+pub const PROBE_POLLS: u32 = 8 * MIN_POLLS;
+
+/// A timed wait longer than this many context switches is long: a probe,
+/// shorter than one switch, could not have caught it, even counting the
+/// switch that a sleeping waiter's wake-up adds to its wait.
+pub const LONG_WAIT_SWITCHES: u64 = 8;
+
+/// What one thread learned about its waits. Keep one per thread (a
+/// `thread_local!` `Cell`): the budget describes that thread's waits.
+#[derive(Clone, Copy, Debug)]
+pub struct PollLearner {
+    /// The polls the next wait may spend; 0: sleep at once.
+    budget: u32,
+    /// At budget 0, the waits since the last probe-due one.
+    waits: u32,
+    /// The wait now polling is a probe.
+    probing: bool,
+    /// When the wait being timed began: the probe-due one.
+    timed_since: Option<Instant>,
+    /// The last timed wait was long ([`LONG_WAIT_SWITCHES`]): probes would
+    /// fail, so they are skipped.
+    waits_long: bool,
+}
+
+impl Default for PollLearner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PollLearner {
+    /// A thread that has not waited yet: it polls [`MIN_POLLS`] times.
+    pub const fn new() -> PollLearner {
+        PollLearner {
+            budget: MIN_POLLS,
+            waits: 0,
+            probing: false,
+            timed_since: None,
+            waits_long: false,
+        }
+    }
+
+    /// The polls the wait starting now may spend, at most `limit` (0: sleep
+    /// at once). After the polls, call [`learn`](Self::learn) with this
+    /// budget (not for a budget of 0), and call
+    /// [`wait_ended`](Self::wait_ended) once the wait is over.
+    pub fn budget(&mut self, limit: u32) -> u32 {
+        if limit == 0 {
+            return 0;
+        }
+        match self.budget {
+            0 if self.waits + 1 < PROBE_EVERY => {
+                self.waits += 1;
+                self.probing = false;
+                0
+            }
+            0 => {
+                self.waits = 0;
+                self.timed_since = Some(Instant::now());
+                self.probing = !self.waits_long;
+                if self.probing {
+                    PROBE_POLLS.min(limit)
+                } else {
+                    0
+                }
+            }
+            budget => budget.clamp(MIN_POLLS.min(limit), limit),
+        }
+    }
+
+    /// Records how a wait that polled `budget` times went:
+    /// `completed_while_polling` if a poll saw it through (which also ends
+    /// the wait), false if it had to sleep after all.
+    pub fn learn(&mut self, budget: u32, completed_while_polling: bool) {
+        let next = if completed_while_polling {
+            self.wait_ended();
+            budget.saturating_mul(2).max(MIN_POLLS)
+        } else if self.probing || budget / 2 < MIN_POLLS {
+            0
+        } else {
+            budget / 2
+        };
+        self.budget = next;
+        self.waits = 0;
+        self.probing = false;
+    }
+
+    /// A probe that ended before it could tell anything (the caller saw that
+    /// polling could not help, a sleeper queued first, say): the thread's
+    /// next wait probes instead, so that a thread whose waits often find
+    /// sleepers queued first still finds out when waits are short.
+    pub fn keep_probe_due(&mut self) {
+        if self.probing {
+            self.budget = 0;
+            self.waits = PROBE_EVERY - 1;
+            self.probing = false;
+        }
+    }
+
+    /// The wait is over (woken, or completed while polling): if it was
+    /// being timed, whether it was long decides whether the next probes run.
+    /// Cheap when it was not timed, as on most waits.
+    #[inline]
+    pub fn wait_ended(&mut self) {
+        if let Some(since) = self.timed_since {
+            self.timed_wait_ended(since, Instant::now());
+        }
+    }
+
+    #[cold]
+    fn timed_wait_ended(&mut self, since: Instant, now: Instant) {
+        self.timed_since = None;
+        let waited = now.saturating_duration_since(since).as_nanos();
+        self.waits_long = waited > u128::from(LONG_WAIT_SWITCHES * context_switch_ns());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const LIMIT: u32 = 1000;
+
+    /// Takes `learner` through waits until its probe-due one and returns that
+    /// one's budget.
+    fn until_probe_due(learner: &mut PollLearner) -> u32 {
+        for _ in 0..PROBE_EVERY - 1 {
+            assert_eq!(learner.budget(LIMIT), 0);
+        }
+        learner.budget(LIMIT)
+    }
+
+    /// Ends `learner`'s timed wait as if it had lasted `waited`.
+    fn end_timed_wait(learner: &mut PollLearner, waited: Duration) {
+        let since = learner.timed_since.expect("the wait is timed");
+        learner.timed_wait_ended(since, since + waited);
+    }
+
+    #[test]
+    fn a_thread_whose_polls_fail_stops_polling_and_probes_now_and_then() {
+        let mut learner = PollLearner::new();
+        assert_eq!(learner.budget(LIMIT), MIN_POLLS);
+        learner.learn(MIN_POLLS, true);
+        assert_eq!(learner.budget(LIMIT), 2 * MIN_POLLS);
+        learner.learn(2 * MIN_POLLS, false);
+        assert_eq!(learner.budget(LIMIT), MIN_POLLS);
+        learner.learn(MIN_POLLS, false);
+        // Below 16 polls: sleep at once, but probe, longer, on one wait in 16.
+        let budgets: Vec<u32> = (0..2 * PROBE_EVERY)
+            .map(|_| learner.budget(LIMIT))
+            .collect();
+        let probes = budgets.iter().filter(|&&b| b == PROBE_POLLS).count();
+        assert_eq!(probes, 2, "{budgets:?}");
+        assert!(budgets.iter().all(|&b| b == 0 || b == PROBE_POLLS));
+        // A probe that fails goes straight back to sleeping at once, although
+        // half of its polls would be a budget of their own.
+        while learner.budget(LIMIT) != PROBE_POLLS {}
+        learner.learn(PROBE_POLLS, false);
+        assert_eq!(learner.budget(LIMIT), 0);
+        // A probe that succeeds brings polling back.
+        while learner.budget(LIMIT) != PROBE_POLLS {}
+        learner.learn(PROBE_POLLS, true);
+        assert_eq!(learner.budget(LIMIT), 2 * PROBE_POLLS);
+        // And a failure after that halves, as before.
+        learner.learn(2 * PROBE_POLLS, false);
+        assert_eq!(learner.budget(LIMIT), PROBE_POLLS);
+    }
+
+    #[test]
+    fn a_probe_cut_short_is_made_on_the_next_wait() {
+        let mut learner = PollLearner::new();
+        learner.learn(MIN_POLLS, false);
+        assert_eq!(until_probe_due(&mut learner), PROBE_POLLS);
+        learner.keep_probe_due();
+        assert_eq!(learner.budget(LIMIT), PROBE_POLLS);
+    }
+
+    #[test]
+    fn long_waits_skip_the_probes_until_a_timed_wait_is_short() {
+        let long = Duration::from_nanos(LONG_WAIT_SWITCHES * context_switch_ns() + 1);
+        let mut learner = PollLearner::new();
+        learner.learn(MIN_POLLS, false);
+        // The first probe runs (nothing is known yet) and is timed.
+        assert_eq!(until_probe_due(&mut learner), PROBE_POLLS);
+        learner.learn(PROBE_POLLS, false);
+        end_timed_wait(&mut learner, long);
+        // Its wait was long: the next probe-due wait sleeps at once, still
+        // timed, and so on while the timed waits stay long.
+        for _ in 0..3 {
+            assert_eq!(until_probe_due(&mut learner), 0);
+            end_timed_wait(&mut learner, long);
+        }
+        // One short timed wait and the probes are back.
+        assert_eq!(until_probe_due(&mut learner), 0);
+        end_timed_wait(&mut learner, Duration::ZERO);
+        assert_eq!(until_probe_due(&mut learner), PROBE_POLLS);
+        // A wait that ends while it polls ends its timing too.
+        learner.learn(PROBE_POLLS, true);
+        assert!(learner.timed_since.is_none());
+    }
+
+    #[test]
+    fn untimed_waits_teach_nothing_about_length() {
+        let mut learner = PollLearner::new();
+        learner.learn(MIN_POLLS, false);
+        assert_eq!(learner.budget(LIMIT), 0);
+        learner.wait_ended();
+        assert!(!learner.waits_long);
+        assert!(learner.timed_since.is_none());
+    }
+
+    #[test]
+    fn no_limit_means_no_polls_and_nothing_learned() {
+        let mut learner = PollLearner::new();
+        assert_eq!(learner.budget(0), 0);
+        assert_eq!(learner.budget(LIMIT), MIN_POLLS);
+        assert_eq!(learner.budget(8), 8);
+    }
+}
