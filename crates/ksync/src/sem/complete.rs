@@ -35,8 +35,9 @@
 use super::counters::Counters;
 use super::mode::Held;
 use super::perform::{Attempt, Op};
-use super::queue::{sem_bit, sem_mask, NodeRef, Sleeper, WaitList, Waited, Wakeups, DONE};
+use super::queue::{sem_bit, sem_mask, NodeRef, Sleeper, Waited, Wakeups, DONE};
 use super::state::SetShared;
+use super::wait_list::WaitList;
 use super::{SemBuf, SEM_UNDO};
 use crate::prefetch;
 use crate::sync::Ordering;
@@ -134,7 +135,15 @@ impl SetShared {
         num: Option<usize>,
         wakeups: &mut Wakeups,
     ) -> bool {
-        let take = |l: &mut WaitList| core::mem::take(l);
+        // An empty list is left where it is, unwritten: most semaphores have
+        // no wait-for-zero sleeper, and a post looks at every one it raised.
+        let take = |l: &mut WaitList| {
+            if l.is_empty() {
+                WaitList::new()
+            } else {
+                core::mem::take(l)
+            }
+        };
         let mut list = match num {
             Some(n) => self.with_sem_lists(held, n, |l| take(&mut l.zero)),
             None => self.with_global_zero(held, take),
@@ -234,100 +243,100 @@ impl SetShared {
         if list.is_empty() {
             return false;
         }
+        let mut completed = false;
+        let mut visited = 0u64;
         // The scan works in place, so the list keeps its buffer: entries
         // `..kept` were skipped (still queued, in order), entries
         // `next..len` are still to be looked at, and the ones in between
         // were completed.
-        let entries = list.make_contiguous();
-        let mut len = entries.len();
-        let (mut next, mut kept) = (0, 0);
-        // Puts what is still to be looked at right behind what was kept.
-        let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
-            entries.copy_within(next..len, kept);
-            kept + (len - next)
-        };
-        let mut completed = false;
-        let mut visited = 0u64;
-        // The first few, which the prefetch inside the scan does not reach.
-        for node in entries.iter().take(SCAN_PREFETCH_AHEAD) {
-            prefetch::for_read(node.as_ptr());
-        }
-        loop {
-            // What the kept entries (skipped since the last restart) wait for.
-            let mut skipped = Skipped::default();
-            // How many kept entries were evaluated before the last completion
-            // that did not restart the scan.
-            let mut stale = 0;
-            while next < len {
-                // A per-semaphore list holds decrements only: nothing more
-                // can run once the value is 0.
-                if num.is_some_and(|n| self.value(held, n) == 0) {
-                    break;
-                }
-                // A node sits in its sleeper's pool slot, in no order the
-                // list keeps, so each is a miss of its own; asked for a few
-                // entries ahead, the misses overlap the evaluations.
-                if let Some(ahead) = entries.get(next + SCAN_PREFETCH_AHEAD) {
-                    prefetch::for_read(ahead.as_ptr());
-                }
-                let node = entries[next];
-                next += 1;
-                visited += 1;
-                // SAFETY: still queued under `held`.
-                let sleeper = unsafe { node.get() };
-                if sleeper.sem_mask() & changed == 0 {
-                    // Blocked where it was (see the doc): kept, as the
-                    // rescan rule sees it without its blocking operation.
-                    skipped.waits_for_zero |= sleeper.has_wait_for_zero();
-                    skipped.has_nowait |= sleeper.has_nowait();
-                    // SAFETY: as above.
-                    skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
-                    entries[kept] = node;
-                    kept += 1;
-                    continue;
-                }
-                match self.retry(held, node) {
-                    Attempt::Blocked(i) => {
-                        // SAFETY: still queued under `held`.
-                        let sops = unsafe { node.get().sops() };
-                        skipped.waits_for_zero |= sops[i].op == 0;
+        list.keep_front(|entries| {
+            let mut len = entries.len();
+            let (mut next, mut kept) = (0, 0);
+            // Puts what is still to be looked at right behind what was kept.
+            let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
+                entries.copy_within(next..len, kept);
+                kept + (len - next)
+            };
+            // The first few, which the prefetch inside the scan does not reach.
+            for node in entries.iter().take(SCAN_PREFETCH_AHEAD) {
+                prefetch::for_read(node.as_ptr());
+            }
+            loop {
+                // What the kept entries (skipped since the last restart) wait for.
+                let mut skipped = Skipped::default();
+                // How many kept entries were evaluated before the last completion
+                // that did not restart the scan.
+                let mut stale = 0;
+                while next < len {
+                    // A per-semaphore list holds decrements only: nothing more
+                    // can run once the value is 0.
+                    if num.is_some_and(|n| self.value(held, n) == 0) {
+                        break;
+                    }
+                    // A node sits in its sleeper's pool slot, in no order the
+                    // list keeps, so each is a miss of its own; asked for a few
+                    // entries ahead, the misses overlap the evaluations.
+                    if let Some(ahead) = entries.get(next + SCAN_PREFETCH_AHEAD) {
+                        prefetch::for_read(ahead.as_ptr());
+                    }
+                    let node = entries[next];
+                    next += 1;
+                    visited += 1;
+                    // SAFETY: still queued under `held`.
+                    let sleeper = unsafe { node.get() };
+                    if sleeper.sem_mask() & changed == 0 {
+                        // Blocked where it was (see the doc): kept, as the
+                        // rescan rule sees it without its blocking operation.
+                        skipped.waits_for_zero |= sleeper.has_wait_for_zero();
                         skipped.has_nowait |= sleeper.has_nowait();
                         // SAFETY: as above.
-                        skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                        skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
                         entries[kept] = node;
                         kept += 1;
+                        continue;
                     }
-                    Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
-                    Attempt::Done => {
-                        completed = true;
-                        changed |= sleeper.sem_mask();
-                        // SAFETY: the owner stays blocked until `deliver`.
-                        let sops = unsafe { node.get().sops() };
-                        self.wakeup_zero(held, Changed::Ops(sops), wakeups);
-                        let restart = kept > 0 && skipped.may_run_after(sops);
-                        self.deliver(held, node, DONE, wakeups);
-                        if restart {
-                            // Rescan from the head, in the same order as before.
-                            len = close_gap(entries, next, kept, len);
-                            (next, kept) = (0, 0);
-                            skipped = Skipped::default();
-                            stale = 0;
-                        } else {
-                            stale = kept;
+                    match self.retry(held, node) {
+                        Attempt::Blocked(i) => {
+                            // SAFETY: still queued under `held`.
+                            let sops = unsafe { node.get().sops() };
+                            skipped.waits_for_zero |= sops[i].op == 0;
+                            skipped.has_nowait |= sleeper.has_nowait();
+                            // SAFETY: as above.
+                            skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                            entries[kept] = node;
+                            kept += 1;
+                        }
+                        Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+                        Attempt::Done => {
+                            completed = true;
+                            changed |= sleeper.sem_mask();
+                            // SAFETY: the owner stays blocked until `deliver`.
+                            let sops = unsafe { node.get().sops() };
+                            self.wakeup_zero(held, Changed::Ops(sops), wakeups);
+                            let restart = kept > 0 && skipped.may_run_after(sops);
+                            self.deliver(held, node, DONE, wakeups);
+                            if restart {
+                                // Rescan from the head, in the same order as before.
+                                len = close_gap(entries, next, kept, len);
+                                (next, kept) = (0, 0);
+                                skipped = Skipped::default();
+                                stale = 0;
+                            } else {
+                                stale = kept;
+                            }
                         }
                     }
                 }
+                // SAFETY: every kept entry is still queued under `held`.
+                let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
+                if !entries[..stale].iter().any(moved) {
+                    break;
+                }
+                len = close_gap(entries, next, kept, len);
+                (next, kept) = (0, 0);
             }
-            // SAFETY: every kept entry is still queued under `held`.
-            let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
-            if !entries[..stale].iter().any(moved) {
-                break;
-            }
-            len = close_gap(entries, next, kept, len);
-            (next, kept) = (0, 0);
-        }
-        let len = close_gap(entries, next, kept, len);
-        list.truncate(len);
+            close_gap(entries, next, kept, len)
+        });
         Counters::bump(&self.counters(held).visited, visited);
         match num {
             Some(n) => self.with_sem_lists(held, n, |l| {
@@ -350,7 +359,7 @@ impl SetShared {
     fn prefetch_first_sleepers(&self, held: &Held, sops: &[SemBuf]) {
         for sop in sops.iter().filter(|s| s.op > 0) {
             let num = usize::from(sop.num);
-            if let Some(node) = self.with_sem_lists(held, num, |l| l.alter.front().copied()) {
+            if let Some(node) = self.with_sem_lists(held, num, |l| l.alter.front()) {
                 // The status the waker swaps shares the node's line.
                 prefetch::for_write(node.as_ptr());
             }
@@ -445,13 +454,7 @@ impl SetShared {
     /// Takes a timed-out sleeper off whatever list it is on. Returns false if
     /// it was on none (a waker got there first).
     pub(super) fn unlink(&self, held: &Held, sops: &[SemBuf], node: NodeRef) -> bool {
-        let remove = |l: &mut WaitList| match l.iter().position(|&n| n == node) {
-            Some(pos) => {
-                l.remove(pos);
-                true
-            }
-            None => false,
-        };
+        let remove = |l: &mut WaitList| l.remove(node);
         let num = usize::from(sops[0].num);
         let found = if sops.len() == 1 {
             self.with_sem_lists(held, num, |l| remove(&mut l.alter) || remove(&mut l.zero))

@@ -153,6 +153,7 @@ mod stamp;
 mod state;
 mod undo;
 mod undo_entry;
+mod wait_list;
 mod word;
 
 #[cfg(all(not(loom), target_os = "linux"))]

@@ -66,10 +66,11 @@ use lock_api::RawMutex;
 use super::counters::Counters;
 use super::error::SemError;
 use super::lock::GlobalLock;
-use super::queue::{poll_before_queueing, poll_within, Look, Polled, WaitList};
+use super::queue::{poll_before_queueing, poll_within, Look, Polled};
 use super::sem_lock::LockedSems;
 use super::stamp::current_pid;
 use super::state::{SemLists, SetShared};
+use super::wait_list::WaitList;
 use super::word::{self, LockFree, GLOBAL, LOCKED, QUIET, REMOVED, SLEEPERS};
 use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 use crate::spin_budget::SpinTimer;
@@ -817,7 +818,7 @@ mod tests {
         // Giving up at a flag teaches nothing: the budget is as it was.
         assert_eq!(crate::sem::queue::spin_budget(), budget_before);
         let held = set.lock_one(0);
-        set.with_sem_lists(&held, 0, |l| l.alter.clear());
+        set.with_sem_lists(&held, 0, |l| drop(core::mem::take(&mut l.alter)));
         set.unlock(held);
     }
 
@@ -918,7 +919,7 @@ mod tests {
         assert_eq!((set.word_value(0), set.word_value(1)), (1, 1));
         assert_eq!(polls(set, 0), 1, "one look, then it queues");
         let held = set.lock_one(1);
-        set.with_sem_lists(&held, 1, |l| l.alter.clear());
+        set.with_sem_lists(&held, 1, |l| drop(core::mem::take(&mut l.alter)));
         set.unlock(held);
         // In global mode it queues at once as well.
         set_global_mode(set, true);
@@ -1030,7 +1031,7 @@ mod tests {
         set.unlock(held);
         assert_eq!(flags(set, 0), word::SLEEPERS);
         let held = set.lock_one(0);
-        set.with_sem_lists(&held, 0, |l| l.alter.clear());
+        set.with_sem_lists(&held, 0, |l| drop(core::mem::take(&mut l.alter)));
         set.unlock(held);
         assert_eq!(flags(set, 0), 0);
     }
@@ -1140,7 +1141,7 @@ mod tests {
         assert_eq!(on(1), [nodes[3]]);
         assert_eq!(on(2), [nodes[1], nodes[2]]);
         for num in 0..3 {
-            set.with_sem_lists(&held, num, |l| l.alter.clear());
+            set.with_sem_lists(&held, num, |l| drop(core::mem::take(&mut l.alter)));
         }
         set.unlock(held);
     }

@@ -40,7 +40,6 @@
 //! unlinks itself and reports `EAGAIN`.
 
 use core::ptr::NonNull;
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::undo_entry::UndoEntry;
@@ -448,9 +447,6 @@ impl NodeRef {
         self.0.as_ptr()
     }
 }
-
-/// A FIFO wait list: arrival order is the scan order.
-pub(super) type WaitList = VecDeque<NodeRef>;
 
 /// Futex wake-ups owed to parked sleepers, issued after the locks are
 /// dropped and shared out among the woken (`futex_batch::Spread`).

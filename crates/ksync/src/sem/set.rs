@@ -24,10 +24,11 @@ use super::lock::new_global_lock;
 use super::mode::Held;
 use super::node_pool::Claim;
 use super::perform::{scan, Attempt, Op};
-use super::queue::{spin_budget, wait_ended, NodeRef, Polled, Sleeper, WaitList, Wakeups, DONE};
+use super::queue::{spin_budget, wait_ended, NodeRef, Polled, Sleeper, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
+use super::wait_list::WaitList;
 use super::word::REMOVED;
 use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
@@ -455,12 +456,12 @@ impl SemSet {
             let mut everyone = Vec::new();
             for num in 0..set.nsems() {
                 set.with_sem_lists(held, num, |l| {
-                    everyone.extend(l.alter.drain(..));
-                    everyone.extend(l.zero.drain(..));
+                    everyone.extend(l.alter.drain());
+                    everyone.extend(l.zero.drain());
                 });
             }
-            set.with_global_alter(held, |l| everyone.extend(l.drain(..)));
-            set.with_global_zero(held, |l| everyone.extend(l.drain(..)));
+            set.with_global_alter(held, |l| everyone.extend(l.drain()));
+            set.with_global_zero(held, |l| everyone.extend(l.drain()));
             for node in everyone {
                 set.deliver(held, node, removed, &mut wakeups);
             }

@@ -27,9 +27,9 @@ use crossbeam_utils::CachePadded;
 
 use super::counters::Counters;
 use super::lock::GlobalLock;
-use super::queue::WaitList;
 use super::stamp::now_secs;
 use super::undo_entry::UndoEntry;
+use super::wait_list::WaitList;
 use super::word::{self, GLOBAL};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
@@ -61,6 +61,11 @@ pub(super) struct Sem {
     pub(super) lists: UnsafeCell<SemLists>,
     pub(super) counters: Counters,
 }
+
+// A semaphore's alter list, the inline entry most of all, shares the word's
+// line (`wait_list.rs`): SemLists starts with it.
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::offset_of!(Sem, lists) + core::mem::size_of::<WaitList>() <= 64);
 
 /// State only the global lock protects.
 pub(super) struct Global {
