@@ -41,6 +41,8 @@
 //! assert_eq!(learner.budget(1000), 2 * MIN_POLLS);
 //! ```
 
+use std::cell::Cell;
+use std::thread::LocalKey;
 use std::time::Instant;
 
 use crate::spin_budget::context_switch_ns;
@@ -179,6 +181,30 @@ impl PollLearner {
         let waited = now.saturating_duration_since(since).as_nanos();
         self.waits_long = waited > u128::from(LONG_WAIT_SWITCHES * context_switch_ns());
     }
+}
+
+/// Runs `f` on this thread's learner in `key` (a `thread_local!` `Cell`).
+///
+/// ```
+/// use ksync::poll_learner::{self, PollLearner};
+/// use std::cell::Cell;
+///
+/// thread_local! {
+///     static LEARNED: Cell<PollLearner> = const { Cell::new(PollLearner::new()) };
+/// }
+/// let budget = poll_learner::with(&LEARNED, |l| l.budget(1000));
+/// assert!(budget > 0);
+/// ```
+pub fn with<R>(
+    key: &'static LocalKey<Cell<PollLearner>>,
+    f: impl FnOnce(&mut PollLearner) -> R,
+) -> R {
+    key.with(|cell| {
+        let mut learner = cell.get();
+        let result = f(&mut learner);
+        cell.set(learner);
+        result
+    })
 }
 
 #[cfg(all(test, not(loom)))]

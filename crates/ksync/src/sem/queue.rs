@@ -46,7 +46,7 @@ use super::undo_entry::UndoEntry;
 use super::{SemBuf, IPC_NOWAIT};
 use crate::futex::{self, Wake};
 use crate::futex_batch::{Board, Handle, Spread};
-use crate::poll_learner::PollLearner;
+use crate::poll_learner::{self, PollLearner};
 use crate::relax::cpu_relax;
 use crate::sync::unmodelled::AtomicU32 as TuningU32;
 use crate::sync::{AtomicPtr, AtomicU32, Ordering};
@@ -72,12 +72,7 @@ static SLEEPER_SPIN: TuningU32 = TuningU32::new(DEFAULT_SLEEPER_SPIN);
 
 /// Runs `f` on this thread's learner.
 fn with_learner<R>(f: impl FnOnce(&mut PollLearner) -> R) -> R {
-    LEARNED.with(|cell| {
-        let mut learner = cell.get();
-        let result = f(&mut learner);
-        cell.set(learner);
-        result
-    })
+    poll_learner::with(&LEARNED, f)
 }
 
 /// Sets the most times a blocked `semop` polls before it sleeps in the

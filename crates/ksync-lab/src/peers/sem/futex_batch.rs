@@ -21,7 +21,7 @@
 use super::{PlainOp, SemBackend, SemError, WaitEvents, MAX_SEMS};
 use crate::harness::futex;
 use ksync::futex_batch::{Board, Handle, Spread};
-use ksync::poll_learner::PollLearner;
+use ksync::poll_learner::{self, PollLearner};
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -38,12 +38,7 @@ thread_local! {
 
 /// Runs `f` on this thread's learner.
 fn with_learner<R>(f: impl FnOnce(&mut PollLearner) -> R) -> R {
-    LEARNED.with(|cell| {
-        let mut learner = cell.get();
-        let result = f(&mut learner);
-        cell.set(learner);
-        result
-    })
+    poll_learner::with(&LEARNED, f)
 }
 
 /// One semaphore: posts not yet taken, and sleepers that may be asleep on
