@@ -21,9 +21,9 @@
 //! skips its probes (it still times one wait in [`PROBE_EVERY`], sleeping at
 //! once), and the first timed wait short enough brings them back. Untimed
 //! probes cost sembench `-t 250 -w 64`'s workers, whose waits last hundreds
-//! of microseconds, 128 polls on one wait in 16 that never succeeded: on two
-//! CPUs about a tenth of the CPU time per burn (BENCHMARKS.md, issue 12's
-//! eleventh round).
+//! of microseconds, 128 polls on one wait in 16 that never succeeded: about
+//! 0.2 us of a burn's 2.8 us on two CPUs (BENCHMARKS.md, issue 12's eleventh
+//! round). Timing costs two clock reads on one wait in [`PROBE_EVERY`].
 //!
 //! The budget is the caller's to spend: a [`PollLearner`] only says how many
 //! polls and hears how they went. ksync's semaphore sets keep one per thread
