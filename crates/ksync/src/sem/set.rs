@@ -292,9 +292,10 @@ impl SemSet {
         set.unlock(held);
 
         let waited = sleeper.wait(deadline, polled);
+        // Woken or timed out, the wait is over (`poll_learner`).
+        wait_ended();
         set.count_wait(sops, &waited);
         if let Some(status) = waited.status {
-            wait_ended();
             set.help_wake(sops, sleeper);
             return decode(status);
         }

@@ -567,7 +567,10 @@ impl SharedSemSet {
         };
         let slot = held.enqueue(sops, blocking)?;
         drop(held);
-        self.sleep(slot, deadline, polled)
+        let result = self.sleep(slot, deadline, polled);
+        // Woken, timed out or cut short, the wait is over (`poll_learner`).
+        wait_ended();
+        result
     }
 
     /// Wait-for-zero operations by a process that may read the set but not
@@ -729,7 +732,6 @@ impl SharedSemSet {
         self.map
             .word(layout.sleeper(slot, sleeper::STATE))
             .store(SLEEPER_FREE, Ordering::Release);
-        wait_ended();
         match code {
             0 => Ok(()),
             e => Err(SemError::from_errno(e as i32).unwrap_or(SemError::Invalid)),
@@ -1192,8 +1194,8 @@ mod tests {
         use crate::poll_learner::{MIN_POLLS, PROBE_EVERY, PROBE_POLLS};
         // As for the in-process sets (`mode.rs`): waits far longer than
         // eight of the longest context switch the learner believes (200 us),
-        // so the second probe-due wait skips its probe, but only if `collect`
-        // ends each wait's timing.
+        // so the second probe-due wait skips its probe, but only if each
+        // wait's end is recorded (`locked_op`).
         let scratch = Scratch::new(1);
         let set = &scratch.0;
         let waits = 1 + 2 * PROBE_EVERY;
