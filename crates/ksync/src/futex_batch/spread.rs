@@ -886,39 +886,37 @@ impl Spread {
         mut wake: impl FnMut(&[*const AtomicU32]) -> usize,
     ) -> usize {
         let mut calls = 0;
-        {
-            // SAFETY: we hold the poster's bias until `drop_bias`.
-            let b = unsafe { board.as_ref() };
-            if self.handles == 0 {
-                // Nobody else has the board: wake what it holds in one batch,
-                // without claiming, and keep it.
-                let mut all = Taken::<CAPACITY>::new();
-                for i in 0..self.len {
-                    all.push(b.word(i));
-                }
-                calls += all.wake(&mut wake);
-                b.reset();
-                spare::put(board);
-            } else if self.mode == SharingMode::Local {
-                // The poster's batch is gone: take what the leaders have
-                // not, so that nothing waits for a leader the scheduler has
-                // not run.
-                calls += b.take_and_wake(|_| true, &mut wake);
-            } else {
-                // The first helper's word first, with only the words before
-                // it, so that its sleeper starts helping while the poster
-                // goes on; then a few at a time, in one batched wake.
-                let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
-                let first = b.claim(most);
-                if !first.is_empty() {
-                    calls += b.wake_claimed(first, &mut wake);
-                }
-                calls += b.drain(POSTER_CHUNK, &mut wake);
+        // SAFETY: we hold the poster's bias until `drop_bias`.
+        let b = unsafe { board.as_ref() };
+        if self.handles == 0 {
+            // Nobody else has the board: wake what it holds in one batch,
+            // without claiming, and keep it.
+            let mut all = Taken::<CAPACITY>::new();
+            for i in 0..self.len {
+                all.push(b.word(i));
             }
-            if self.handles != 0 && b.drop_bias(self.handles) {
-                b.reset();
-                spare::put(board);
+            calls += all.wake(&mut wake);
+            b.reset();
+            spare::put(board);
+        } else if self.mode == SharingMode::Local {
+            // The poster's batch is gone: take what the leaders have
+            // not, so that nothing waits for a leader the scheduler has
+            // not run.
+            calls += b.take_and_wake(|_| true, &mut wake);
+        } else {
+            // The first helper's word first, with only the words before
+            // it, so that its sleeper starts helping while the poster
+            // goes on; then a few at a time, in one batched wake.
+            let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
+            let first = b.claim(most);
+            if !first.is_empty() {
+                calls += b.wake_claimed(first, &mut wake);
             }
+            calls += b.drain(POSTER_CHUNK, &mut wake);
+        }
+        if self.handles != 0 && b.drop_bias(self.handles) {
+            b.reset();
+            spare::put(board);
         }
         calls
     }

@@ -233,7 +233,7 @@ impl SetShared {
         &self,
         held: &Held,
         num: Option<usize>,
-        mut changed: u64,
+        changed: u64,
         wakeups: &mut Wakeups,
     ) -> bool {
         let mut list = match num {
@@ -244,100 +244,11 @@ impl SetShared {
             return false;
         }
         let mut completed = false;
-        let mut visited = 0u64;
-        // The scan works in place, so the list keeps its buffer: entries
-        // `..kept` were skipped (still queued, in order), entries
-        // `next..len` are still to be looked at, and the ones in between
-        // were completed.
         list.keep_front(|entries| {
-            let mut len = entries.len();
-            let (mut next, mut kept) = (0, 0);
-            // Puts what is still to be looked at right behind what was kept.
-            let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
-                entries.copy_within(next..len, kept);
-                kept + (len - next)
-            };
-            // The first few, which the prefetch inside the scan does not reach.
-            for node in entries.iter().take(SCAN_PREFETCH_AHEAD) {
-                prefetch::for_read(node.as_ptr());
-            }
-            loop {
-                // What the kept entries (skipped since the last restart) wait for.
-                let mut skipped = Skipped::default();
-                // How many kept entries were evaluated before the last completion
-                // that did not restart the scan.
-                let mut stale = 0;
-                while next < len {
-                    // A per-semaphore list holds decrements only: nothing more
-                    // can run once the value is 0.
-                    if num.is_some_and(|n| self.value(held, n) == 0) {
-                        break;
-                    }
-                    // A node sits in its sleeper's pool slot, in no order the
-                    // list keeps, so each is a miss of its own; asked for a few
-                    // entries ahead, the misses overlap the evaluations.
-                    if let Some(ahead) = entries.get(next + SCAN_PREFETCH_AHEAD) {
-                        prefetch::for_read(ahead.as_ptr());
-                    }
-                    let node = entries[next];
-                    next += 1;
-                    visited += 1;
-                    // SAFETY: still queued under `held`.
-                    let sleeper = unsafe { node.get() };
-                    if sleeper.sem_mask() & changed == 0 {
-                        // Blocked where it was (see the doc): kept, as the
-                        // rescan rule sees it without its blocking operation.
-                        skipped.waits_for_zero |= sleeper.has_wait_for_zero();
-                        skipped.has_nowait |= sleeper.has_nowait();
-                        // SAFETY: as above.
-                        skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
-                        entries[kept] = node;
-                        kept += 1;
-                        continue;
-                    }
-                    match self.retry(held, node) {
-                        Attempt::Blocked(i) => {
-                            // SAFETY: still queued under `held`.
-                            let sops = unsafe { node.get().sops() };
-                            skipped.waits_for_zero |= sops[i].op == 0;
-                            skipped.has_nowait |= sleeper.has_nowait();
-                            // SAFETY: as above.
-                            skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
-                            entries[kept] = node;
-                            kept += 1;
-                        }
-                        Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
-                        Attempt::Done => {
-                            completed = true;
-                            changed |= sleeper.sem_mask();
-                            // SAFETY: the owner stays blocked until `deliver`.
-                            let sops = unsafe { node.get().sops() };
-                            self.wakeup_zero(held, Changed::Ops(sops), wakeups);
-                            let restart = kept > 0 && skipped.may_run_after(sops);
-                            self.deliver(held, node, DONE, wakeups);
-                            if restart {
-                                // Rescan from the head, in the same order as before.
-                                len = close_gap(entries, next, kept, len);
-                                (next, kept) = (0, 0);
-                                skipped = Skipped::default();
-                                stale = 0;
-                            } else {
-                                stale = kept;
-                            }
-                        }
-                    }
-                }
-                // SAFETY: every kept entry is still queued under `held`.
-                let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
-                if !entries[..stale].iter().any(moved) {
-                    break;
-                }
-                len = close_gap(entries, next, kept, len);
-                (next, kept) = (0, 0);
-            }
-            close_gap(entries, next, kept, len)
+            let (kept, any) = self.scan_alter(held, num, changed, entries, wakeups);
+            completed = any;
+            kept
         });
-        Counters::bump(&self.counters(held).visited, visited);
         match num {
             Some(n) => self.with_sem_lists(held, n, |l| {
                 debug_assert!(l.alter.is_empty());
@@ -349,6 +260,113 @@ impl SetShared {
             }),
         }
         completed
+    }
+
+    /// [`update_queue`](Self::update_queue)'s scan of a list's `entries`,
+    /// in place. Returns how many entries at the front stay queued, in
+    /// order, and whether any sleeper completed.
+    fn scan_alter(
+        &self,
+        held: &Held,
+        num: Option<usize>,
+        mut changed: u64,
+        entries: &mut [NodeRef],
+        wakeups: &mut Wakeups,
+    ) -> (usize, bool) {
+        let mut completed = false;
+        let mut visited = 0u64;
+        // The scan works in place, so the list keeps its buffer: entries
+        // `..kept` were skipped (still queued, in order), entries
+        // `next..len` are still to be looked at, and the ones in between
+        // were completed.
+        let mut len = entries.len();
+        let (mut next, mut kept) = (0, 0);
+        // Puts what is still to be looked at right behind what was kept.
+        let close_gap = |entries: &mut [NodeRef], next: usize, kept: usize, len: usize| {
+            entries.copy_within(next..len, kept);
+            kept + (len - next)
+        };
+        // The first few, which the prefetch inside the scan does not reach.
+        for node in entries.iter().take(SCAN_PREFETCH_AHEAD) {
+            prefetch::for_read(node.as_ptr());
+        }
+        loop {
+            // What the kept entries (skipped since the last restart) wait for.
+            let mut skipped = Skipped::default();
+            // How many kept entries were evaluated before the last completion
+            // that did not restart the scan.
+            let mut stale = 0;
+            while next < len {
+                // A per-semaphore list holds decrements only: nothing more
+                // can run once the value is 0.
+                if num.is_some_and(|n| self.value(held, n) == 0) {
+                    break;
+                }
+                // A node sits in its sleeper's pool slot, in no order the
+                // list keeps, so each is a miss of its own; asked for a few
+                // entries ahead, the misses overlap the evaluations.
+                if let Some(ahead) = entries.get(next + SCAN_PREFETCH_AHEAD) {
+                    prefetch::for_read(ahead.as_ptr());
+                }
+                let node = entries[next];
+                next += 1;
+                visited += 1;
+                // SAFETY: still queued under `held`.
+                let sleeper = unsafe { node.get() };
+                if sleeper.sem_mask() & changed == 0 {
+                    // Blocked where it was (see the doc): kept, as the
+                    // rescan rule sees it without its blocking operation.
+                    skipped.waits_for_zero |= sleeper.has_wait_for_zero();
+                    skipped.has_nowait |= sleeper.has_nowait();
+                    // SAFETY: as above.
+                    skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
+                    entries[kept] = node;
+                    kept += 1;
+                    continue;
+                }
+                match self.retry(held, node) {
+                    Attempt::Blocked(i) => {
+                        // SAFETY: still queued under `held`.
+                        let sops = unsafe { node.get().sops() };
+                        skipped.waits_for_zero |= sops[i].op == 0;
+                        skipped.has_nowait |= sleeper.has_nowait();
+                        // SAFETY: as above.
+                        skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                        entries[kept] = node;
+                        kept += 1;
+                    }
+                    Attempt::Failed(e) => self.deliver(held, node, e.to_code(), wakeups),
+                    Attempt::Done => {
+                        completed = true;
+                        changed |= sleeper.sem_mask();
+                        // SAFETY: the owner stays blocked until `deliver`.
+                        let sops = unsafe { node.get().sops() };
+                        self.wakeup_zero(held, Changed::Ops(sops), wakeups);
+                        let restart = kept > 0 && skipped.may_run_after(sops);
+                        self.deliver(held, node, DONE, wakeups);
+                        if restart {
+                            // Rescan from the head, in the same order as before.
+                            len = close_gap(entries, next, kept, len);
+                            (next, kept) = (0, 0);
+                            skipped = Skipped::default();
+                            stale = 0;
+                        } else {
+                            stale = kept;
+                        }
+                    }
+                }
+            }
+            // SAFETY: every kept entry is still queued under `held`.
+            let moved = |node: &NodeRef| unsafe { node.get().sops() }.len() > 1;
+            if !entries[..stale].iter().any(moved) {
+                break;
+            }
+            len = close_gap(entries, next, kept, len);
+            (next, kept) = (0, 0);
+        }
+        let kept = close_gap(entries, next, kept, len);
+        Counters::bump(&self.counters(held).visited, visited);
+        (kept, completed)
     }
 
     /// Asks for the first alter sleeper of every semaphore `sops` raised, so
