@@ -34,7 +34,7 @@
 //! it wakes is about to run on that other CPU anyway.
 //!
 //! So [`SharingMode::Local`] keeps wake-ups on their CPU. Each sleeper says
-//! where it sleeps ([`this_cpu`], when its call queues), and the poster
+//! where it sleeps ([`sleeper_cpu`], when its call queues), and the poster
 //! hands the third sleeper of each other CPU a handle ([`LEADER_AT`]). That
 //! leader, once running there, wakes the fourth and later sleepers of its
 //! CPU, each a wake onto its own CPU: only those go on the board. The
@@ -256,6 +256,24 @@ pub fn this_cpu() -> u32 {
 #[cfg(all(not(loom), not(target_os = "linux")))]
 pub fn this_cpu() -> u32 {
     UNKNOWN_CPU
+}
+
+/// The CPU a sleeper about to sleep notes for its waker's
+/// [`Spread::push_on`]: [`this_cpu`] where posts keep their wake-ups on
+/// their CPU ([`SharingMode::Local`]), the only mode that reads it;
+/// [`UNKNOWN_CPU`] otherwise, without asking. A post made after the mode
+/// changed treats a sleeper of unknown CPU as the poster's to wake.
+pub fn sleeper_cpu() -> u32 {
+    cpu_to_note(sharing_mode())
+}
+
+/// [`sleeper_cpu`] under `mode`.
+fn cpu_to_note(mode: SharingMode) -> u32 {
+    if mode == SharingMode::Local {
+        this_cpu()
+    } else {
+        UNKNOWN_CPU
+    }
 }
 
 #[cfg(loom)]
@@ -719,8 +737,8 @@ impl Spread {
     }
 
     /// A handle for the sleeper about to be delivered, which sleeps on
-    /// `cpu` (where it called [`this_cpu`]; [`UNKNOWN_CPU`] if it did not
-    /// say). Pass the same `cpu` to [`push_on`](Self::push_on) if its word
+    /// `cpu` (what [`sleeper_cpu`] said when it queued; [`UNKNOWN_CPU`] if
+    /// it did not say). Pass the same `cpu` to [`push_on`](Self::push_on) if its word
     /// is owed a wake.
     ///
     /// [`SharingMode::Any`]: every delivery gets one but the first, so a
@@ -788,8 +806,8 @@ impl Spread {
         self.push_ptr_on(word, UNKNOWN_CPU);
     }
 
-    /// Owes `word` a wake, for a sleeper that sleeps on `cpu` (where it
-    /// called [`this_cpu`] before it slept; [`UNKNOWN_CPU`] if it did not
+    /// Owes `word` a wake, for a sleeper that sleeps on `cpu` (what
+    /// [`sleeper_cpu`] said before it slept; [`UNKNOWN_CPU`] if it did not
     /// say). The word is a futex key only, as for [`push`](Self::push).
     pub fn push_on(&mut self, word: &AtomicU32, cpu: u32) {
         self.push_ptr_on(word, cpu);
@@ -1332,6 +1350,14 @@ mod tests {
             1
         });
         batches
+    }
+
+    #[test]
+    fn a_sleeper_notes_its_cpu_only_where_posts_read_it() {
+        assert_eq!(cpu_to_note(SharingMode::Off), UNKNOWN_CPU);
+        assert_eq!(cpu_to_note(SharingMode::Any), UNKNOWN_CPU);
+        #[cfg(target_os = "linux")]
+        assert_ne!(cpu_to_note(SharingMode::Local), UNKNOWN_CPU);
     }
 
     #[test]

@@ -239,7 +239,8 @@ pub(super) struct Sleeper {
     /// in one byte, so that the line has room for `cpu`.
     traits: u8,
     /// The CPU the owner queued on, for the waker's shared-out wake-up
-    /// (`futex_batch::SharingMode::Local`); `u16::MAX` if unknown.
+    /// (`futex_batch::SharingMode::Local`, `futex_batch::sleeper_cpu`);
+    /// `u16::MAX` if unknown or not asked.
     cpu: u16,
     /// The semaphores its operations name ([`sem_mask`]): a scan of the
     /// global list passes over a sleeper none of whose semaphores changed.
@@ -271,7 +272,7 @@ impl Sleeper {
                 | flag(sops.iter().any(|s| s.flags & IPC_NOWAIT != 0), NOWAIT),
             // Where the owner is now is where it will sleep, but for a
             // migration meanwhile, which costs only an IPI.
-            cpu: u16::try_from(crate::futex_batch::this_cpu()).unwrap_or(u16::MAX),
+            cpu: u16::try_from(crate::futex_batch::sleeper_cpu()).unwrap_or(u16::MAX),
             sems: sem_mask(sops),
             help: AtomicPtr::new(core::ptr::null_mut()),
         }
@@ -304,7 +305,7 @@ impl Sleeper {
         self.traits & DUPSOP != 0
     }
 
-    /// The CPU the owner queued on, as `futex_batch::this_cpu` says.
+    /// The CPU the owner queued on, as `futex_batch::sleeper_cpu` said.
     fn cpu(&self) -> u32 {
         match self.cpu {
             u16::MAX => crate::futex_batch::UNKNOWN_CPU,

@@ -52,7 +52,7 @@ struct Word {
     /// (`ksync::futex_batch::Handle`), for whoever takes the post.
     help: AtomicPtr<Board>,
     /// The CPU the last sleeper announced itself on
-    /// (`ksync::futex_batch::this_cpu`), as ksync's sleepers tell their
+    /// (`ksync::futex_batch::sleeper_cpu`), as ksync's sleepers tell their
     /// wakers: a hint for a shared-out wake-up, read and written relaxed.
     cpu: AtomicU32,
 }
@@ -159,7 +159,7 @@ impl FutexBatch {
         // load pair with the poster's SeqCst increment and fence, so either
         // the poster sees the sleeper or the sleeper sees the post.
         word.cpu
-            .store(ksync::futex_batch::this_cpu(), Ordering::Relaxed);
+            .store(ksync::futex_batch::sleeper_cpu(), Ordering::Relaxed);
         word.sleepers.fetch_add(1, Ordering::SeqCst);
         // As ksync's sleepers do: the futex hash grows with the sleepers.
         ksync::futex_batch::note_sleeping_thread();
