@@ -176,7 +176,10 @@ mod tests {
         assert!(list.remove(refs[1]));
         assert_eq!(entries(&list), [refs[0], refs[2]]);
         assert!(list.remove(refs[0]));
+        // The first's place is taken by the next: still a list of one.
         assert_eq!(entries(&list), [refs[2]]);
+        assert_eq!((list.len(), list.front()), (1, Some(refs[2])));
+        assert!(!list.is_empty());
         assert!(list.remove(refs[2]));
         assert!(list.is_empty());
     }
