@@ -4,20 +4,35 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::sync::unmodelled::AtomicI32 as PidCache;
 use crate::sync::Ordering;
 
 /// The process id the kernel would record (cached: `getpid` is a system call).
+///
+/// Inline, down to one load: every successful operation records it, and on
+/// the lock-free paths (one compare-and-swap) an out-of-line call here and in
+/// [`now_secs`] cost as much as the compare-and-swap itself.
+#[inline(always)]
 pub(super) fn current_pid() -> i32 {
-    use crate::sync::unmodelled::AtomicI32 as PidCache;
-    use std::sync::Once;
-    static PID: PidCache = PidCache::new(0);
-    static AT_FORK: Once = Once::new();
-    extern "C" fn forget_pid() {
-        PID.store(0, Ordering::Relaxed);
-    }
     let pid = PID.load(Ordering::Relaxed);
     if pid != 0 {
         return pid;
+    }
+    first_pid()
+}
+
+/// The cached process id; 0 until the first [`current_pid`] and again in a
+/// forked child.
+static PID: PidCache = PidCache::new(0);
+
+/// Caches the process id, and arranges that a forked child forgets it.
+#[cold]
+#[inline(never)]
+fn first_pid() -> i32 {
+    use std::sync::Once;
+    static AT_FORK: Once = Once::new();
+    extern "C" fn forget_pid() {
+        PID.store(0, Ordering::Relaxed);
     }
     AT_FORK.call_once(|| {
         // SAFETY: registers a handler that only stores to an atomic, which
@@ -30,6 +45,9 @@ pub(super) fn current_pid() -> i32 {
 }
 
 /// Seconds since the epoch (`sem_otime` only has second resolution).
+///
+/// Inline but for the clock itself: see [`current_pid`].
+#[inline(always)]
 pub(super) fn now_secs() -> u64 {
     // SAFETY: time(NULL) writes nothing; on x86-64 and AArch64 glibc answers
     // it from the vDSO with one load, cheaper than clock_gettime.
@@ -37,10 +55,17 @@ pub(super) fn now_secs() -> u64 {
     if secs > 0 {
         secs as u64
     } else {
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs().max(1))
+        secs_from_system_time()
     }
+}
+
+/// [`now_secs`] where `time` failed.
+#[cold]
+#[inline(never)]
+fn secs_from_system_time() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs().max(1))
 }
 
 /// The time `secs` seconds after the epoch.

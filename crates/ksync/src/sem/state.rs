@@ -134,7 +134,8 @@ impl SetShared {
     }
 
     /// Records an operation's time on semaphore `num` (the kernel shards
-    /// `sem_otime` the same way).
+    /// `sem_otime` the same way). Inline: see `stamp::current_pid`.
+    #[inline(always)]
     pub(super) fn touch_otime(&self, num: usize) {
         let now = now_secs();
         let otime = &self.sems[num].otime;
