@@ -115,6 +115,10 @@ enum Values {
 impl LockedSems {
     /// The distinct semaphores `sops` names, ascending.
     pub(super) fn of(sops: &[SemBuf]) -> LockedSems {
+        if let [sop] = sops {
+            // The usual call, a blocking one included: no sorting to do.
+            return LockedSems::one(sop.num);
+        }
         let mut nums = [0u16; FEW];
         let mut len = 0;
         for sop in sops {
