@@ -25,6 +25,20 @@
 //! 0.2 us of a burn's 2.8 us on two CPUs (BENCHMARKS.md, issue 12's eleventh
 //! round). Timing costs two clock reads on one wait in [`PROBE_EVERY`].
 //!
+//! **A thread that keeps catching its waits while polling gives its CPU up
+//! now and then.** Polling is the user-space form of the kernel's optimistic
+//! spinning, which stops as soon as another task wants the CPU
+//! (`need_resched`). User space cannot see that. A waiter whose partner
+//! runs on another CPU and answers within a few polls can go on for a whole
+//! time slice: it polls, is answered, calls again, polls, never sleeping,
+//! while threads woken onto its CPU wait for it. On a 2-CPU guest with 250
+//! sembench workers, a few workers did exactly that with the posting main
+//! thread, and in some runs others burned less than one time in a hundred
+//! as often as they did (BENCHMARKS.md, issue 12's twelfth round). So after
+//! [`YIELD_AFTER`] waits in a row that ended while polling, the thread
+//! yields (`sched_yield`): if nothing else wants its CPU that costs one
+//! system call, else the others run first. Barging is bounded.
+//!
 //! The budget is the caller's to spend: a [`PollLearner`] only says how many
 //! polls and hears how they went. ksync's semaphore sets keep one per thread
 //! (`sem::set_sleeper_spin` bounds it); so does the lab's bare-futex floor,
@@ -73,6 +87,14 @@ pub const PROBE_POLLS: u32 = 8 * MIN_POLLS;
 /// switch that a sleeping waiter's wake-up adds to its wait.
 pub const LONG_WAIT_SWITCHES: u64 = 8;
 
+/// Waits in a row that a thread may end while polling before it yields its
+/// CPU once (see the module documentation). A round trip with a partner on
+/// another CPU costs a few hundred nanoseconds, a yield that finds nobody
+/// waiting for the CPU about as much: one in 64 keeps that under 1% of a
+/// ping-pong, and a thread cycling with its partner keeps its CPU for tens
+/// of microseconds at a time, not a time slice (milliseconds).
+pub const YIELD_AFTER: u32 = 64;
+
 /// What one thread learned about its waits. Keep one per thread (a
 /// `thread_local!` `Cell`): the budget describes that thread's waits.
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +110,8 @@ pub struct PollLearner {
     /// The last timed wait was long ([`LONG_WAIT_SWITCHES`]): probes would
     /// fail, so they are skipped.
     waits_long: bool,
+    /// Waits in a row that ended while polling ([`YIELD_AFTER`]).
+    streak: u32,
 }
 
 impl Default for PollLearner {
@@ -105,6 +129,7 @@ impl PollLearner {
             probing: false,
             timed_since: None,
             waits_long: false,
+            streak: 0,
         }
     }
 
@@ -113,6 +138,15 @@ impl PollLearner {
     /// budget (not for a budget of 0), and call
     /// [`wait_ended`](Self::wait_ended) once the wait is over.
     pub fn budget(&mut self, limit: u32) -> u32 {
+        let budget = self.next_budget(limit);
+        if budget == 0 {
+            // This wait sleeps, unless it needs not wait at all.
+            self.streak = 0;
+        }
+        budget
+    }
+
+    fn next_budget(&mut self, limit: u32) -> u32 {
         if limit == 0 {
             return 0;
         }
@@ -138,8 +172,24 @@ impl PollLearner {
 
     /// Records how a wait that polled `budget` times went:
     /// `completed_while_polling` if a poll saw it through (which also ends
-    /// the wait), false if it had to sleep after all.
+    /// the wait), false if it had to sleep after all. The
+    /// [`YIELD_AFTER`]th wait in a row that ended while polling yields the
+    /// thread's CPU here, so call it with no lock held.
     pub fn learn(&mut self, budget: u32, completed_while_polling: bool) {
+        if self.note_end(budget, completed_while_polling) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// [`learn`](Self::learn) but for the yield: true when it is due.
+    fn note_end(&mut self, budget: u32, completed_while_polling: bool) -> bool {
+        let yield_due = completed_while_polling && {
+            self.streak += 1;
+            self.streak == YIELD_AFTER
+        };
+        if yield_due || !completed_while_polling {
+            self.streak = 0;
+        }
         let next = if completed_while_polling {
             self.wait_ended();
             budget.saturating_mul(2).max(MIN_POLLS)
@@ -151,6 +201,7 @@ impl PollLearner {
         self.budget = next;
         self.waits = 0;
         self.probing = false;
+        yield_due
     }
 
     /// A probe that ended before it could tell anything (the caller saw that
@@ -300,6 +351,38 @@ mod tests {
         learner.wait_ended();
         assert!(!learner.waits_long);
         assert!(learner.timed_since.is_none());
+    }
+
+    #[test]
+    fn waits_caught_while_polling_yield_the_cpu_once_in_a_while() {
+        let mut learner = PollLearner::new();
+        // Ends `n` waits while polling; returns those on which a yield was due.
+        let catch = |learner: &mut PollLearner, n: u32| -> Vec<u32> {
+            (1..=n)
+                .filter(|_| {
+                    let budget = learner.budget(LIMIT);
+                    learner.note_end(budget, true)
+                })
+                .collect()
+        };
+        assert_eq!(
+            catch(&mut learner, 2 * YIELD_AFTER),
+            [YIELD_AFTER, 2 * YIELD_AFTER]
+        );
+        // A wait that had to sleep after its polls starts the count again.
+        assert_eq!(catch(&mut learner, YIELD_AFTER - 1), []);
+        let budget = learner.budget(LIMIT);
+        assert!(!learner.note_end(budget, false));
+        assert_eq!(catch(&mut learner, YIELD_AFTER), [YIELD_AFTER]);
+        // So does a wait that sleeps at once, at a budget of nothing.
+        assert_eq!(catch(&mut learner, YIELD_AFTER - 1), []);
+        learner.budget = 0;
+        assert_eq!(learner.budget(LIMIT), 0);
+        assert_eq!(learner.streak, 0);
+        // Its next probe that succeeds counts from one.
+        while learner.budget(LIMIT) == 0 {}
+        assert!(!learner.note_end(PROBE_POLLS, true));
+        assert_eq!(catch(&mut learner, YIELD_AFTER - 1), [YIELD_AFTER - 1]);
     }
 
     #[test]

@@ -86,7 +86,10 @@ fn with_learner<R>(f: impl FnOnce(&mut PollLearner) -> R) -> R {
 /// poll, halved when it had to sleep, nothing below 16 polls but a 128-poll
 /// probe on one wait in 16, and no probes while its timed waits are long.
 /// Ping-pong between two threads learns to poll; sembench's 250 workers,
-/// reposted only after hundreds of other wake-ups, learn not to.
+/// reposted only after hundreds of other wake-ups, learn not to. A thread
+/// whose waits keep ending while it polls yields its CPU once every 64 of
+/// them, so that threads woken onto its CPU are not kept waiting for a
+/// whole time slice.
 pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
