@@ -89,9 +89,10 @@ pub const LONG_WAIT_SWITCHES: u64 = 8;
 
 /// Waits in a row that a thread may end while polling before it yields its
 /// CPU once (see the module documentation). A round trip with a partner on
-/// another CPU costs a few hundred nanoseconds, a yield that finds nobody
-/// waiting for the CPU about as much: one in 64 keeps that under 1% of a
-/// ping-pong, and a thread cycling with its partner keeps its CPU for tens
+/// another CPU costs a few hundred nanoseconds, and so does a yield that
+/// finds nobody waiting for the CPU (a system call: 0.35 us on the 2-CPU
+/// AMD guest of BENCHMARKS.md): one in 64 keeps that to a percent or two of
+/// a ping-pong, and a thread cycling with its partner keeps its CPU for tens
 /// of microseconds at a time, not a time slice (milliseconds).
 pub const YIELD_AFTER: u32 = 64;
 
@@ -140,7 +141,7 @@ impl PollLearner {
     pub fn budget(&mut self, limit: u32) -> u32 {
         let budget = self.next_budget(limit);
         if budget == 0 {
-            // This wait sleeps, unless it needs not wait at all.
+            // This wait sleeps, unless it need not wait at all.
             self.streak = 0;
         }
         budget
