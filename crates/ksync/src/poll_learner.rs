@@ -40,9 +40,9 @@
 //! system call, else the others run first. Barging is bounded.
 //!
 //! The budget is the caller's to spend: a [`PollLearner`] only says how many
-//! polls and hears how they went. ksync's semaphore sets keep one per thread
-//! (`sem::set_sleeper_spin` bounds it); so does the lab's bare-futex floor,
-//! so that the two poll alike.
+//! polls and hears how they went (yielding, when due, as it hears). ksync's
+//! semaphore sets keep one per thread (`sem::set_sleeper_spin` bounds it);
+//! so does the lab's bare-futex floor, so that the two poll alike.
 //!
 //! ```
 //! use ksync::poll_learner::{PollLearner, MIN_POLLS};
