@@ -96,6 +96,24 @@ fn blocked(index: usize, sop: &SemBuf) -> Attempt {
     }
 }
 
+/// What operation `sop`, at `index` in its array, makes of `value`: the
+/// value after it, or the outcome that decides the call there (a block, with
+/// `IPC_NOWAIT` a failure, or a result out of range). The same rule for
+/// every evaluation below.
+fn step(index: usize, sop: &SemBuf, value: i32) -> Result<i32, Attempt> {
+    if sop.op == 0 && value != 0 {
+        return Err(blocked(index, sop));
+    }
+    let result = value + i32::from(sop.op);
+    if result < 0 {
+        return Err(blocked(index, sop));
+    }
+    if result > SEMVMX {
+        return Err(Attempt::Failed(SemError::Range));
+    }
+    Ok(result)
+}
+
 fn undo_of<'a>(op: &Op<'a>) -> &'a UndoEntry {
     // A SEM_UNDO operation always comes with an entry: semop_undo fetches one
     // before locking, and semop refuses SEM_UNDO without a context.
@@ -123,16 +141,8 @@ impl SetShared {
         // earlier operation blocks.
         for (i, sop) in op.sops.iter().enumerate() {
             let num = usize::from(sop.num);
-            let value = self.value(held, num);
-            if sop.op == 0 && value != 0 {
-                return blocked(i, sop);
-            }
-            let result = value + i32::from(sop.op);
-            if result < 0 {
-                return blocked(i, sop);
-            }
-            if result > SEMVMX {
-                return Attempt::Failed(SemError::Range);
+            if let Err(outcome) = step(i, sop, self.value(held, num)) {
+                return outcome;
             }
             if sop.flags & SEM_UNDO != 0 {
                 let adj = undo_of(op).get(num) - i32::from(sop.op);
@@ -162,23 +172,13 @@ impl SetShared {
     /// each.
     fn perform_one(&self, held: &Held, sop: &SemBuf) -> Attempt {
         let num = usize::from(sop.num);
-        let value = self.value(held, num);
-        if sop.op == 0 {
-            return if value == 0 {
-                self.sems[num].pid.store(current_pid(), Ordering::Relaxed);
-                Attempt::Done
-            } else {
-                blocked(0, sop)
-            };
+        let result = match step(0, sop, self.value(held, num)) {
+            Ok(result) => result,
+            Err(outcome) => return outcome,
+        };
+        if sop.op != 0 {
+            self.set_value(held, num, result);
         }
-        let result = value + i32::from(sop.op);
-        if result < 0 {
-            return blocked(0, sop);
-        }
-        if result > SEMVMX {
-            return Attempt::Failed(SemError::Range);
-        }
-        self.set_value(held, num, result);
         self.sems[num].pid.store(current_pid(), Ordering::Relaxed);
         Attempt::Done
     }
@@ -191,20 +191,13 @@ impl SetShared {
         let mut applied = 0;
         for (i, sop) in op.sops.iter().enumerate() {
             let num = usize::from(sop.num);
-            let value = self.value(held, num);
-            if sop.op == 0 && value != 0 {
-                outcome = Some(blocked(i, sop));
-                break;
-            }
-            let result = value + i32::from(sop.op);
-            if result < 0 {
-                outcome = Some(blocked(i, sop));
-                break;
-            }
-            if result > SEMVMX {
-                outcome = Some(Attempt::Failed(SemError::Range));
-                break;
-            }
+            let result = match step(i, sop, self.value(held, num)) {
+                Ok(result) => result,
+                Err(stop) => {
+                    outcome = Some(stop);
+                    break;
+                }
+            };
             if sop.flags & SEM_UNDO != 0 {
                 let undo = undo_of(op);
                 let adj = undo.get(num) - i32::from(sop.op);
@@ -361,6 +354,18 @@ mod tests {
                 }
             }
         }
+        // Both share `step`: the rule itself, at its edges.
+        let one = |value: i32, op: i16, flags: i16| run(&[value], &[sb(0, op, flags)], false, None);
+        assert_eq!(one(0, max, 0), (Attempt::Done, vec![SEMVMX]));
+        assert_eq!(one(1, max, 0), (Attempt::Failed(SemError::Range), vec![1]));
+        assert_eq!(one(1, -1, 0), (Attempt::Done, vec![0]));
+        assert_eq!(one(1, -2, 0), (Attempt::Blocked(0), vec![1]));
+        assert_eq!(
+            one(1, -2, IPC_NOWAIT),
+            (Attempt::Failed(SemError::Again), vec![1])
+        );
+        assert_eq!(one(0, 0, 0), (Attempt::Done, vec![0]));
+        assert_eq!(one(1, 0, 0), (Attempt::Blocked(0), vec![1]));
     }
 
     #[test]
