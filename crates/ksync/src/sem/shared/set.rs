@@ -1207,9 +1207,8 @@ mod tests {
                 }
             });
             for _ in 0..waits {
-                while set.ncnt(0) != Ok(1) {
-                    std::thread::yield_now();
-                }
+                // Queued: its polls are over.
+                crate::test_common::wait_until("the waiter queued", || set.ncnt(0) == Ok(1));
                 std::thread::sleep(std::time::Duration::from_millis(10));
                 set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
             }
