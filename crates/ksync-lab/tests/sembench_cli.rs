@@ -139,6 +139,69 @@ fn every_backend_gets_a_per_burn_breakdown_and_the_floor_runs() {
 }
 
 #[test]
+fn repeats_run_in_rounds_and_ratios_pair_runs_of_the_same_round() {
+    let json = scratch("sembench-rounds.json");
+    let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
+        "--repeat",
+        "2",
+        "sembench",
+        "-t",
+        "8",
+        "-w",
+        "4",
+        "-r",
+        "0.2",
+        "-o",
+        "sysv,ksync,futex-batch",
+    ]);
+    // Every backend once per round, in the order given.
+    let order: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("using ")?.strip_suffix(" operations"))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "sysv",
+            "ksync-sem",
+            "futex-batch",
+            "sysv",
+            "ksync-sem",
+            "futex-batch"
+        ],
+        "{text}"
+    );
+    assert!(text.contains("ratios to sysv and the floor"), "{text}");
+    assert!(text.contains("| x floor"), "{text}");
+    let records = records(&json);
+    assert_eq!(records.len(), 6, "{records:?}");
+    let metric = |backend: &str, round: u64, key: &str| {
+        records
+            .iter()
+            .find(|r| r["lock"] == backend && r["repeat"] == round)
+            .and_then(|r| r["metrics"][key].as_f64())
+            .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
+    };
+    for round in 0..2 {
+        let burns = |backend: &str| metric(backend, round, "burns_per_s");
+        let ksync = metric("ksync-sem", round, "x_floor");
+        assert!(
+            (ksync - burns("ksync-sem") / burns("futex-batch")).abs() < 1e-9,
+            "{records:?}"
+        );
+        let sysv = metric("ksync-sem", round, "x_sysv");
+        assert!(
+            (sysv - burns("ksync-sem") / burns("sysv")).abs() < 1e-9,
+            "{records:?}"
+        );
+        assert_eq!(metric("sysv", round, "x_sysv"), 1.0);
+        assert_eq!(metric("futex-batch", round, "x_floor"), 1.0);
+    }
+}
+
+#[test]
 fn more_workers_than_one_array_and_the_chained_variant() {
     // 300 workers: two arrays of 250, posting per array.
     let text = ok(&[

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// The kernel's backend, the reference of every ratio.
 const KERNEL: &str = "sysv";
+/// The floor, the second reference (`peers::sem::futex_batch`).
+const FLOOR: &str = "futex-batch";
 
 /// `ksync-lab sembench`: Chris Mason's post/wait benchmark, as Manfred Spraul
 /// ran it in April 2010.
@@ -330,57 +332,87 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
     r
 }
 
-/// Measures `backend` `--repeat` times through `lab`; `lines` receives each
-/// run's sembench output.
-fn measure(
+/// Measures every backend `--repeat` times through `lab`, in rounds (each
+/// backend once per round: `Lab::measure_rounds`), printing each run's
+/// sembench lines as it ends when `print` says so. Each run also gets its
+/// ratios to the same round's runs of the kernel (`x_sysv`) and of the
+/// floor (`x_floor`, where `futex-batch` ran): on a guest whose speed, or
+/// whose kernel's mode, changes from one run to the next, a ratio taken
+/// within a round compares runs made under the same conditions.
+fn measure_all(
     lab: &mut Lab,
-    backend: &SemEntry,
+    backends: &[&'static SemEntry],
     config: &Config,
     sleeper_spin: Option<u32>,
-    lines: &mut Vec<String>,
-) -> Result<Measured, String> {
+    print: bool,
+) -> Result<Vec<Measured>, String> {
+    let labels: Vec<String> = backends
+        .iter()
+        .map(|backend| {
+            let mut label = format!(
+                "sembench -o {} -t {} -w {}",
+                backend.name, config.threads, config.wake
+            );
+            if let Some(p) = config.processes {
+                label.push_str(&format!(" --processes {p}"));
+            }
+            label
+        })
+        .collect();
+    let position = |name: &str| backends.iter().position(|b| b.name == name);
+    let (kernel, floor) = (position(KERNEL), position(FLOOR));
+    let printer = lab.printer();
     let mut error = None;
-    let mut label = format!(
-        "sembench -o {} -t {} -w {}",
-        backend.name, config.threads, config.wake
+    let measured = lab.measure_rounds(
+        &labels,
+        |p| {
+            let backend = backends[p];
+            match backend.dispatch(Sembench(config)) {
+                Ok(o) => {
+                    if print {
+                        printer(&format!("\n{}\n", self::lines(&o, backend).join("\n")));
+                    }
+                    record(&o, backend, config, sleeper_spin)
+                }
+                Err(e) => {
+                    error.get_or_insert(format!("sembench -o {}: {e}", backend.name));
+                    Record::new(
+                        "sembench",
+                        "failed",
+                        backend.name,
+                        backend.is_ksync(),
+                        config.threads,
+                    )
+                }
+            }
+        },
+        |round| {
+            for (key, base) in [("x_sysv", kernel), ("x_floor", floor)] {
+                let Some(base) = base else { continue };
+                let base = round[base].get("burns_per_s");
+                for r in round.iter_mut() {
+                    let x = r.get("burns_per_s") / base;
+                    r.metrics.insert(key.into(), x);
+                }
+            }
+        },
     );
-    if let Some(p) = config.processes {
-        label.push_str(&format!(" --processes {p}"));
-    }
-    let measured = lab.measure(&label, || match backend.dispatch(Sembench(config)) {
-        Ok(o) => {
-            lines.push(String::new());
-            lines.extend(self::lines(&o, backend));
-            record(&o, backend, config, sleeper_spin)
-        }
-        Err(e) => {
-            error.get_or_insert(e);
-            Record::new(
-                "sembench",
-                "failed",
-                backend.name,
-                backend.is_ksync(),
-                config.threads,
-            )
-        }
-    });
     match error {
-        Some(e) => Err(format!("sembench -o {}: {e}", backend.name)),
+        Some(e) => Err(e),
         None => Ok(measured),
     }
 }
 
 /// The comparison table: medians (with `[min-max]` over `--repeat` runs),
-/// ratios to the kernel's.
+/// and the ratios to the kernel's and the floor's runs of the same round
+/// ([`measure_all`]).
 fn table(points: &[Measured]) -> Table {
-    let base = points
-        .iter()
-        .find(|m| m.record.lock == KERNEL)
-        .map(|m| m.get("burns_per_s"));
-    let mut table = Table::new([
-        "backend",
-        "worker burns/s",
-        "x sysv",
+    let with_floor = points.iter().any(|m| m.record.lock == FLOOR);
+    let mut header = vec!["backend", "worker burns/s", "x sysv"];
+    if with_floor {
+        header.push("x floor");
+    }
+    header.extend([
         "main burns",
         "burns / main burn",
         "min",
@@ -388,11 +420,17 @@ fn table(points: &[Measured]) -> Table {
         "avg",
         "futex wakes / burn",
     ]);
+    let mut table = Table::new(header);
     for m in points {
-        table.row(vec![
+        let mut row = vec![
             m.record.params.get("backend").cloned().unwrap_or_default(),
             m.show("burns_per_s", 0),
-            base.map_or("-".into(), |b| format!("{:.2}", m.get("burns_per_s") / b)),
+            m.show_or_dash("x_sysv", 2),
+        ];
+        if with_floor {
+            row.push(m.show_or_dash("x_floor", 2));
+        }
+        row.extend([
             m.show("main_burns", 0),
             m.show("burns_per_main_burn", 1),
             m.show("min_burns", 0),
@@ -400,7 +438,19 @@ fn table(points: &[Measured]) -> Table {
             m.show("avg_burns", 0),
             m.show_or_dash("futex_wakes_per_burn", 3),
         ]);
+        table.row(row);
     }
+    table.note(format!(
+        "x sysv{}: the median [min-max], over --repeat rounds, of a run's burns per second over \
+         those of the same round's run of sysv{}; a round runs every backend once, in the \
+         order given, so that a machine whose speed drifts between runs weighs on each alike.",
+        if with_floor { ", x floor" } else { "" },
+        if with_floor {
+            " (of futex-batch, the floor)"
+        } else {
+            ""
+        },
+    ));
     let uneven: Vec<String> = points
         .iter()
         .filter(|m| m.max.get("polled_unevenly").is_some_and(|&v| v > 0.0))
@@ -486,14 +536,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
     }
     lab.print(&format!("machine: {}\n", lab.machine()));
     lab.plan(backends.len() as u64, config.run);
-    let mut points = Vec::with_capacity(backends.len());
-    for backend in backends {
-        let mut lines = Vec::new();
-        let m = measure(lab, backend, &config, args.sleeper_spin, &mut lines)?;
-        lines.push(String::new());
-        lab.print(&lines.join("\n"));
-        points.push(m);
-    }
+    let points = measure_all(lab, &backends, &config, args.sleeper_spin, true)?;
     let mut title = format!(
         "sembench -t {} -w {} -r {}",
         config.threads, config.wake, args.run
@@ -502,8 +545,13 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         title.push_str(&format!(" --processes {p}"));
     }
     if points.len() > 1 {
+        let refs = if backends.iter().any(|b| b.name == FLOOR) {
+            "sysv and the floor"
+        } else {
+            "sysv"
+        };
         lab.print(&format!(
-            "\n## {title}: worker burns per second, ratios to sysv\n\n{}",
+            "\n## {title}: worker burns per second, ratios to {refs}\n\n{}",
             table(&points).render()
         ));
     }
@@ -526,10 +574,7 @@ impl ComparePart for InCompare {
 
     fn run(&self, lab: &mut Lab, quick: &Quick) -> Result<Vec<SummaryRow>, String> {
         let config = Config::spraul_2010(quick.duration());
-        let mut points = Vec::new();
-        for backend in sems::core() {
-            points.push(measure(lab, backend, &config, None, &mut Vec::new())?);
-        }
+        let points = measure_all(lab, &sems::core(), &config, None, false)?;
         lab.print(&format!(
             "\n## sembench (Chris Mason's, as Manfred Spraul ran it in April 2010): -t 250 -w 64, \
              {} s per backend, worker burns per second\n\n{}",

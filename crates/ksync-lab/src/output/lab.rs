@@ -104,29 +104,88 @@ impl Lab {
     /// Runs one point `--repeat` times, keeps every run's record (numbered
     /// by `repeat`) and returns the medians and spread.
     pub fn measure(&mut self, label: &str, mut run: impl FnMut() -> Record) -> Measured {
-        let mut runs = Vec::with_capacity(self.repeat as usize);
+        let runs: Vec<Record> = (0..self.repeat)
+            .map(|i| self.run_once(label, i, &mut run))
+            .collect();
+        self.keep(vec![runs]).remove(0)
+    }
+
+    /// Runs several points `--repeat` times each, in rounds: every point
+    /// once, in order, then every point again. A machine whose speed drifts
+    /// over the command (a guest whose host gets busier, a kernel that
+    /// switches between two modes from one run to the next) then weighs on
+    /// every point alike, where measuring one point's runs after the other's
+    /// would put the drift between them. `run(p)` measures point `p` once.
+    ///
+    /// `paired` sees each round's records, one per point in order, and may
+    /// add metrics that compare them, such as a ratio to one of the points:
+    /// taken round by round, a ratio cancels what the round's runs shared,
+    /// which a ratio of two medians does not. Keeps every record (numbered
+    /// by round) and returns each point's medians and spread, the paired
+    /// metrics included.
+    pub fn measure_rounds(
+        &mut self,
+        labels: &[String],
+        mut run: impl FnMut(usize) -> Record,
+        mut paired: impl FnMut(&mut [Record]),
+    ) -> Vec<Measured> {
+        let mut by_point: Vec<Vec<Record>> = labels
+            .iter()
+            .map(|_| Vec::with_capacity(self.repeat as usize))
+            .collect();
         for i in 0..self.repeat {
-            self.bar.set_message(if self.repeat > 1 {
-                format!("{label} (run {}/{})", i + 1, self.repeat)
-            } else {
-                label.to_string()
-            });
-            let mut record = run();
-            record.repeat = i;
-            for (k, v) in &self.common {
-                record.params.entry(k.clone()).or_insert_with(|| v.clone());
+            let mut round: Vec<Record> = labels
+                .iter()
+                .enumerate()
+                .map(|(p, label)| self.run_once(label, i, &mut || run(p)))
+                .collect();
+            paired(&mut round);
+            for (runs, record) in by_point.iter_mut().zip(round) {
+                runs.push(record);
             }
-            self.bar.inc(1);
-            runs.push(record);
         }
-        let measured = Measured::from_runs(&runs);
-        self.records.extend(runs);
-        measured
+        self.keep(by_point)
+    }
+
+    /// One run of the point `label`, the `i`th of its `--repeat`.
+    fn run_once(&mut self, label: &str, i: u32, run: &mut impl FnMut() -> Record) -> Record {
+        self.bar.set_message(if self.repeat > 1 {
+            format!("{label} (run {}/{})", i + 1, self.repeat)
+        } else {
+            label.to_string()
+        });
+        let mut record = run();
+        record.repeat = i;
+        for (k, v) in &self.common {
+            record.params.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        self.bar.inc(1);
+        record
+    }
+
+    /// Keeps the records of each point's runs and folds each point's.
+    fn keep(&mut self, by_point: Vec<Vec<Record>>) -> Vec<Measured> {
+        by_point
+            .into_iter()
+            .map(|runs| {
+                let measured = Measured::from_runs(&runs);
+                self.records.extend(runs);
+                measured
+            })
+            .collect()
     }
 
     /// Prints `text` to stdout without tearing the progress bar.
     pub fn print(&self, text: &str) {
         self.bar.suspend(|| print!("{text}"));
+    }
+
+    /// [`print`](Self::print) for use while the lab measures (inside a
+    /// [`measure_rounds`](Self::measure_rounds) run, say): prints through
+    /// the bar as it is now, so take it after [`plan`](Self::plan).
+    pub fn printer(&self) -> impl Fn(&str) {
+        let bar = self.bar.clone();
+        move |text| bar.suspend(|| print!("{text}"))
     }
 
     /// Prints one line to stderr without tearing the progress bar.
@@ -151,5 +210,46 @@ impl Lab {
             records: self.records,
             summary: self.summary,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_run_every_point_once_per_round_and_pair_within_a_round() {
+        let mut lab = Lab::new(3);
+        // Point 0's and point 1's throughput in each round: their medians
+        // are equal (20 and 20), their ratio round by round is 0.5, 2, 0.5.
+        let values = [[10.0, 20.0], [20.0, 10.0], [30.0, 60.0]];
+        let mut calls = Vec::new();
+        let labels = ["a".to_string(), "b".to_string()];
+        let measured = lab.measure_rounds(
+            &labels,
+            |p| {
+                let round = calls.iter().filter(|&&q| q == p).count();
+                calls.push(p);
+                Record::new("x", "y", &labels[p], false, 1).metric("ops_per_s", values[round][p])
+            },
+            |round| {
+                let base = round[1].get("ops_per_s");
+                for r in round.iter_mut() {
+                    let x = r.get("ops_per_s") / base;
+                    r.metrics.insert("x_b".into(), x);
+                }
+            },
+        );
+        assert_eq!(calls, [0, 1, 0, 1, 0, 1]);
+        assert_eq!(measured.len(), 2);
+        assert_eq!(measured[0].get("ops_per_s"), measured[1].get("ops_per_s"));
+        assert_eq!(measured[0].get("x_b"), 0.5);
+        assert_eq!((measured[0].min["x_b"], measured[0].max["x_b"]), (0.5, 2.0));
+        assert_eq!(measured[1].get("x_b"), 1.0);
+        // Every run is kept, numbered by its round.
+        let report = lab.finish(vec![]);
+        assert_eq!(report.records.len(), 6);
+        let rounds: Vec<u32> = report.records.iter().map(|r| r.repeat).collect();
+        assert_eq!(rounds, [0, 1, 2, 0, 1, 2]);
     }
 }
