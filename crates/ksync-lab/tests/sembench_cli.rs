@@ -427,9 +427,33 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
     let records = records(&json);
     // The floor, four backends with one semaphore per call, three with two.
     assert_eq!(records.len(), 8, "{records:?}");
+    let ns = |lock: &str, sems: &str| {
+        let r = records
+            .iter()
+            .find(|r| {
+                r["lock"] == lock && (lock == "two-cas-floor" || r["params"]["semaphores"] == sems)
+            })
+            .unwrap_or_else(|| panic!("no {lock} x{sems}: {records:?}"));
+        (r["metrics"]["ns"].as_f64().unwrap(), r)
+    };
+    let (floor, _) = ns("two-cas-floor", "1");
     for r in &records {
         let lock = r["lock"].as_str().unwrap();
         assert!(rows.contains(&lock), "{r}");
+        // Ratios to the floor and to the kernel's call on as many
+        // semaphores, from the same round (the only one here).
+        let sems = r["params"]["semaphores"].as_str().unwrap_or("1");
+        let own = r["metrics"]["ns"].as_f64().unwrap();
+        let (kernel, _) = ns("sysv", sems);
+        let close = |key: &str, want: f64| {
+            let got = r["metrics"][key].as_f64().unwrap();
+            assert!(
+                (got - want).abs() < 1e-9 * want.max(1.0),
+                "{key} {got} != {want}: {r}"
+            );
+        };
+        close("x_cas", own / floor);
+        close("x_sysv", kernel / own);
     }
     refused_with(&["semop", "--iters", "0"], "--iters");
 }

@@ -11,7 +11,7 @@
 //! under the set's lock, in the kernel a complex operation.
 
 use crate::output::lab::Lab;
-use crate::output::record::{Measured, Record};
+use crate::output::record::Record;
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry};
 use crate::workloads::semop::{cas_pair_ns, PairCost};
@@ -71,12 +71,73 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         cases.len() as u64 + 1,
         Duration::from_nanos(args.iters * u64::from(args.rounds) * 30),
     );
-    let floor = lab.measure("semop two bare compare-and-swaps", || {
-        Record::new("semop", "two bare compare-and-swaps", FLOOR, false, 1)
+    // Every round measures the floor and every case once, so that each
+    // ratio compares measurements made one after the other
+    // (`Lab::measure_rounds`).
+    let mut labels = vec!["semop two bare compare-and-swaps".to_string()];
+    labels.extend(
+        cases
+            .iter()
+            .map(|(n, backend)| format!("semop {} x{n}", backend.name)),
+    );
+    let kernel_of = |sems: u16| {
+        cases
+            .iter()
+            .position(|&(n, b)| n == sems && b.name == KERNEL)
+            .map(|i| i + 1)
+    };
+    let mut failure = None;
+    let measured = lab.measure_rounds(
+        &labels,
+        |p| {
+            let Some(&(n, backend)) = p.checked_sub(1).map(|i| &cases[i]) else {
+                return Record::new("semop", "two bare compare-and-swaps", FLOOR, false, 1)
+                    .param("iters", args.iters)
+                    .param("rounds", args.rounds)
+                    .metric("ns", cas_pair_ns(args.iters, args.rounds));
+            };
+            let iters = if backend.name == KERNEL {
+                (args.iters / KERNEL_SHARE).max(1)
+            } else {
+                args.iters
+            };
+            let cost = PairCost {
+                sems: n,
+                iters,
+                rounds: args.rounds,
+            };
+            let ns = backend.dispatch(cost).unwrap_or_else(|e| {
+                failure.get_or_insert(format!("semop {}: {e}", backend.name));
+                f64::NAN
+            });
+            Record::new(
+                "semop",
+                &format!("uncontended down+up, {n} semaphore(s) per call"),
+                backend.name,
+                backend.is_ksync(),
+                1,
+            )
+            .param("semaphores", n)
             .param("iters", args.iters)
             .param("rounds", args.rounds)
-            .metric("ns", cas_pair_ns(args.iters, args.rounds))
-    });
+            .metric("ns", ns)
+        },
+        |round| {
+            // The floor's row compares with the one-semaphore calls.
+            let sems_of = |p: usize| if p == 0 { 1 } else { cases[p - 1].0 };
+            let floor = round[0].get("ns");
+            let kernel = [1, 2].map(|n| kernel_of(n).map_or(f64::NAN, |k| round[k].get("ns")));
+            for (p, r) in round.iter_mut().enumerate() {
+                let ns = r.get("ns");
+                let kernel = kernel[usize::from(sems_of(p)) - 1];
+                r.metrics.insert("x_sysv".into(), kernel / ns);
+                r.metrics.insert("x_cas".into(), ns / floor);
+            }
+        },
+    );
+    if let Some(e) = failure {
+        return Err(e);
+    }
     let mut table = Table::new([
         "semaphores per call",
         "backend",
@@ -84,71 +145,21 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         "x sysv",
         "x two CAS",
     ]);
-    for sems in [1u16, 2] {
-        let mut results = Vec::new();
-        for &(n, backend) in cases.iter().filter(|(n, _)| *n == sems) {
-            let iters = if backend.name == KERNEL {
-                (args.iters / KERNEL_SHARE).max(1)
-            } else {
-                args.iters
-            };
-            let mut failure = None;
-            let measured = lab.measure(&format!("semop {} x{n}", backend.name), || {
-                let cost = PairCost {
-                    sems: n,
-                    iters,
-                    rounds: args.rounds,
-                };
-                let ns = backend.dispatch(cost).unwrap_or_else(|e| {
-                    failure = Some(format!("semop {}: {e}", backend.name));
-                    f64::NAN
-                });
-                Record::new(
-                    "semop",
-                    &format!("uncontended down+up, {n} semaphore(s) per call"),
-                    backend.name,
-                    backend.is_ksync(),
-                    1,
-                )
-                .param("semaphores", n)
-                .param("iters", args.iters)
-                .param("rounds", args.rounds)
-                .metric("ns", ns)
-            });
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            results.push((backend, measured));
-        }
-        let kernel = results
-            .iter()
-            .find(|(b, _)| b.name == KERNEL)
-            .map(|(_, m)| m.get("ns"));
-        let ratio = |m: &Measured| kernel.map_or("-".into(), |k| format!("{:.1}", k / m.get("ns")));
-        let to_floor = |m: &Measured| format!("{:.2}", m.get("ns") / floor.get("ns"));
-        if sems == 1 {
-            table.row(vec![
-                sems.to_string(),
-                FLOOR.to_string(),
-                floor.show("ns", 1),
-                ratio(&floor),
-                to_floor(&floor),
-            ]);
-        }
-        for (backend, m) in &results {
-            table.row(vec![
-                sems.to_string(),
-                backend.name.to_string(),
-                m.show("ns", 1),
-                ratio(m),
-                to_floor(m),
-            ]);
-        }
+    let labelled = std::iter::once((1, FLOOR)).chain(cases.iter().map(|&(n, b)| (n, b.name)));
+    for ((sems, name), m) in labelled.zip(&measured) {
+        table.row(vec![
+            sems.to_string(),
+            name.to_string(),
+            m.show("ns", 1),
+            m.show_or_dash("x_sysv", 1),
+            m.show_or_dash("x_cas", 2),
+        ]);
     }
     table.note(
         "x sysv: the kernel's time divided by this backend's (higher is faster). \
          x two CAS: this backend's time divided by the floor's, two bare compare-and-swaps \
-         on one word (lower is better; 1 is the floor). ksync's single operation is one \
+         on one word (lower is better; 1 is the floor). With --repeat, both are the median \
+         [min-max] of ratios taken within a round, which measures every row once. ksync's single operation is one \
          compare-and-swap when nobody waits; a call on two quiet semaphores locks the lower, \
          does the higher with a compare-and-swap and releases the lower with a plain store: \
          two atomic instructions."
