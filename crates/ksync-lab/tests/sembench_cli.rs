@@ -457,3 +457,42 @@ fn semop_compares_uncontended_pairs_with_the_kernel() {
     }
     refused_with(&["semop", "--iters", "0"], "--iters");
 }
+
+#[test]
+fn dining_pairs_its_ratios_to_the_kernel_within_a_round() {
+    let json = scratch("dining-rounds.json");
+    let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
+        "--repeat",
+        "2",
+        "dining",
+        "--mode",
+        "take",
+        "--threads",
+        "2",
+        "--seconds",
+        "0.1",
+        "-o",
+        "sysv,ksync",
+    ]);
+    assert!(text.contains("| x sysv"), "{text}");
+    let records = records(&json);
+    assert_eq!(records.len(), 4, "{records:?}");
+    let metric = |backend: &str, round: u64, key: &str| {
+        records
+            .iter()
+            .find(|r| r["lock"] == backend && r["repeat"] == round)
+            .and_then(|r| r["metrics"][key].as_f64())
+            .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
+    };
+    for round in 0..2 {
+        let pairs = |backend: &str| metric(backend, round, "pairs_per_s");
+        let x = metric("ksync-sem", round, "x_sysv");
+        assert!(
+            (x - pairs("ksync-sem") / pairs("sysv")).abs() < 1e-9 * x.max(1.0),
+            "{records:?}"
+        );
+        assert_eq!(metric("sysv", round, "x_sysv"), 1.0);
+    }
+}

@@ -12,7 +12,7 @@
 
 use super::options;
 use crate::output::lab::Lab;
-use crate::output::record::{Measured, Record};
+use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry};
 use crate::workloads::dining::{Config, Dining, Mode, Outcome};
@@ -95,20 +95,16 @@ fn record(o: &Outcome, backend: &SemEntry, cfg: &Config) -> Record {
 
 /// What the columns of [`table`] mean, printed once under the last one.
 const NOTE: &str = "A pair is two calls, each on two semaphores. x sysv: pairs/s against the \
-    kernel's (higher is faster). min / max thread: the least busy thread's pairs over the \
-    busiest's (medians). CPUs busy: the process's CPU time over the run's (getrusage), which \
-    tells runs where threads waited (slept or napped) from runs where every CPU was busy. Per \
-    pair: CPU time, context switches, and the backend's own counts of futex sleeps and of \
-    internal locks found taken (the kernel keeps its own). exact: every semaphore held its \
-    starting value after every run.";
+    kernel's run of the same round (higher is faster; a round runs every backend once). min / \
+    max thread: the least busy thread's pairs over the busiest's (medians). CPUs busy: the \
+    process's CPU time over the run's (getrusage), which tells runs where threads waited (slept \
+    or napped) from runs where every CPU was busy. Per pair: CPU time, context switches, and the \
+    backend's own counts of futex sleeps and of internal locks found taken (the kernel keeps its \
+    own). exact: every semaphore held its starting value after every run.";
 
 /// One table per mode and thread count: throughput against the kernel's,
 /// fairness, and what a pair cost.
 fn table(points: &[Measured]) -> Table {
-    let base = points
-        .iter()
-        .find(|m| m.record.lock == KERNEL)
-        .map(|m| m.get("pairs_per_s"));
     let mut table = Table::new([
         "backend",
         "pairs/s",
@@ -127,7 +123,7 @@ fn table(points: &[Measured]) -> Table {
         table.row(vec![
             m.record.lock.clone(),
             m.show("pairs_per_s", 0),
-            base.map_or("-".into(), |b| format!("{:.2}", m.get("pairs_per_s") / b)),
+            m.show_or_dash("x_sysv", 2),
             format!("{:.2}", m.get("min_pairs") / m.get("max_pairs").max(1.0)),
             m.show("cpus_busy", 2),
             m.show("cpu_us_per_pair", 2),
@@ -186,31 +182,46 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 mode,
                 run,
             };
-            let mut points = Vec::new();
-            for backend in &backends {
-                let mut error = None;
-                let label = format!(
-                    "dining -o {} --mode {} --threads {n} --sems {}",
-                    backend.name,
-                    mode.name(),
-                    args.sems
-                );
-                let measured = lab.measure(&label, || match backend.dispatch(Dining(&cfg)) {
-                    Ok(o) => record(&o, backend, &cfg),
+            let labels: Vec<String> = backends
+                .iter()
+                .map(|backend| {
+                    format!(
+                        "dining -o {} --mode {} --threads {n} --sems {}",
+                        backend.name,
+                        mode.name(),
+                        args.sems
+                    )
+                })
+                .collect();
+            let kernel = backends.iter().position(|b| b.name == KERNEL);
+            let mut error = None;
+            // Every backend once per round, the ratio to the kernel taken
+            // within a round (`Lab::measure_rounds`).
+            let points = lab.measure_rounds(
+                &labels,
+                |p| match backends[p].dispatch(Dining(&cfg)) {
+                    Ok(o) => record(&o, backends[p], &cfg),
                     Err(e) => {
-                        error.get_or_insert(e);
-                        Record::new("dining", "failed", backend.name, backend.is_ksync(), n)
+                        error.get_or_insert(format!("{}: {e}", labels[p]));
+                        let b = backends[p];
+                        Record::new("dining", "failed", b.name, b.is_ksync(), n)
                     }
-                });
-                if let Some(e) = error {
-                    return Err(format!("{label}: {e}"));
-                }
+                },
+                |round| {
+                    if let Some(kernel) = kernel {
+                        ratio_to(round, kernel, "pairs_per_s", "x_sysv");
+                    }
+                },
+            );
+            if let Some(e) = error {
+                return Err(e);
+            }
+            for (label, measured) in labels.iter().zip(&points) {
                 if !measured.in_every_run("exact") {
                     lab.fail(format!(
                         "{label}: a semaphore did not hold its starting value after the run"
                     ));
                 }
-                points.push(measured);
             }
             lab.print(&format!(
                 "\n## dining {}: {n} threads, {} semaphores, {} s\n\n{}",

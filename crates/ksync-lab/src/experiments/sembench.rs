@@ -7,7 +7,7 @@
 
 use super::{ComparePart, Quick};
 use crate::output::lab::Lab;
-use crate::output::record::{Measured, Record};
+use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry};
@@ -387,12 +387,9 @@ fn measure_all(
             }
         },
         |round| {
-            for (key, base) in [("x_sysv", kernel), ("x_floor", floor)] {
-                let Some(base) = base else { continue };
-                let base = round[base].get("burns_per_s");
-                for r in round.iter_mut() {
-                    let x = r.get("burns_per_s") / base;
-                    r.metrics.insert(key.into(), x);
+            for (name, base) in [("x_sysv", kernel), ("x_floor", floor)] {
+                if let Some(base) = base {
+                    ratio_to(round, base, "burns_per_s", name);
                 }
             }
         },

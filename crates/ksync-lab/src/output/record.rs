@@ -180,6 +180,17 @@ impl Measured {
     }
 }
 
+/// Adds metric `name` to every record of one round of
+/// [`Lab::measure_rounds`](super::lab::Lab::measure_rounds): the record's
+/// `key` over that of `round[base]`, a ratio taken within the round.
+pub fn ratio_to(round: &mut [Record], base: usize, key: &str, name: &str) {
+    let base = round[base].get(key);
+    for r in round.iter_mut() {
+        let x = r.get(key) / base;
+        r.metrics.insert(name.into(), x);
+    }
+}
+
 /// A ratio with two decimals, or two significant digits below 0.1 (so a
 /// collapse to a thousandth does not read as zero).
 pub fn ratio_text(r: f64) -> String {
