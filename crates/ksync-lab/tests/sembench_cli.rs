@@ -25,6 +25,35 @@ fn named_by_the_registry(records: &[serde_json::Value], known: &[&str]) {
     }
 }
 
+/// Metric `key` of `backend`'s record from round `round` (`--repeat`).
+fn metric(records: &[serde_json::Value], backend: &str, round: u64, key: &str) -> f64 {
+    records
+        .iter()
+        .find(|r| r["lock"] == backend && r["repeat"] == round)
+        .and_then(|r| r["metrics"][key].as_f64())
+        .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
+}
+
+/// In each of `rounds` rounds, `backend`'s metric `ratio` is its `key` over
+/// `base`'s from the same round: a ratio paired within the round.
+fn paired(
+    records: &[serde_json::Value],
+    rounds: u64,
+    backend: &str,
+    base: &str,
+    key: &str,
+    ratio: &str,
+) {
+    for round in 0..rounds {
+        let got = metric(records, backend, round, ratio);
+        let want = metric(records, backend, round, key) / metric(records, base, round, key);
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{backend} round {round}: {ratio} {got}, not {want}: {records:?}"
+        );
+    }
+}
+
 #[test]
 fn every_backend_prints_sembench_lines_and_a_comparison() {
     let json = scratch("sembench.json");
@@ -177,27 +206,16 @@ fn repeats_run_in_rounds_and_ratios_pair_runs_of_the_same_round() {
     assert!(text.contains("| x floor"), "{text}");
     let records = records(&json);
     assert_eq!(records.len(), 6, "{records:?}");
-    let metric = |backend: &str, round: u64, key: &str| {
-        records
-            .iter()
-            .find(|r| r["lock"] == backend && r["repeat"] == round)
-            .and_then(|r| r["metrics"][key].as_f64())
-            .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
-    };
-    for round in 0..2 {
-        let burns = |backend: &str| metric(backend, round, "burns_per_s");
-        let ksync = metric("ksync-sem", round, "x_floor");
-        assert!(
-            (ksync - burns("ksync-sem") / burns("futex-batch")).abs() < 1e-9,
-            "{records:?}"
+    for backend in ["sysv", "ksync-sem", "futex-batch"] {
+        paired(&records, 2, backend, "sysv", "burns_per_s", "x_sysv");
+        paired(
+            &records,
+            2,
+            backend,
+            "futex-batch",
+            "burns_per_s",
+            "x_floor",
         );
-        let sysv = metric("ksync-sem", round, "x_sysv");
-        assert!(
-            (sysv - burns("ksync-sem") / burns("sysv")).abs() < 1e-9,
-            "{records:?}"
-        );
-        assert_eq!(metric("sysv", round, "x_sysv"), 1.0);
-        assert_eq!(metric("futex-batch", round, "x_floor"), 1.0);
     }
 }
 
@@ -479,20 +497,7 @@ fn dining_pairs_its_ratios_to_the_kernel_within_a_round() {
     assert!(text.contains("| x sysv"), "{text}");
     let records = records(&json);
     assert_eq!(records.len(), 4, "{records:?}");
-    let metric = |backend: &str, round: u64, key: &str| {
-        records
-            .iter()
-            .find(|r| r["lock"] == backend && r["repeat"] == round)
-            .and_then(|r| r["metrics"][key].as_f64())
-            .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
-    };
-    for round in 0..2 {
-        let pairs = |backend: &str| metric(backend, round, "pairs_per_s");
-        let x = metric("ksync-sem", round, "x_sysv");
-        assert!(
-            (x - pairs("ksync-sem") / pairs("sysv")).abs() < 1e-9 * x.max(1.0),
-            "{records:?}"
-        );
-        assert_eq!(metric("sysv", round, "x_sysv"), 1.0);
+    for backend in ["sysv", "ksync-sem"] {
+        paired(&records, 2, backend, "sysv", "pairs_per_s", "x_sysv");
     }
 }
