@@ -387,6 +387,30 @@ fn wake_runs_both_experiments_with_tiny_sizes() {
     let records = records(&json);
     assert!(!records.is_empty());
     named_by_the_registry(&records, &["sysv", "ksync-sem", "futex-batch"]);
+    // Each bulk call over the kernel's with the same waker and sleepers.
+    assert!(bulk.contains("call / sysv's"), "{text}");
+    let bulk: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["params"]["waker"].is_string())
+        .collect();
+    assert_eq!(bulk.len(), 10, "{records:?}");
+    for r in &bulk {
+        let kernel = bulk
+            .iter()
+            .find(|k| {
+                k["lock"] == "sysv"
+                    && k["params"]["waker"] == r["params"]["waker"]
+                    && k["threads"] == r["threads"]
+            })
+            .unwrap_or_else(|| panic!("no kernel row for {r}"));
+        let call = |r: &serde_json::Value| r["metrics"]["call_ns_per_sleeper"].as_f64().unwrap();
+        let got = r["metrics"]["call_x_sysv"].as_f64().unwrap();
+        let want = call(r) / call(kernel);
+        assert!(
+            (got - want).abs() <= 1e-9 * want.max(1.0),
+            "{got} != {want}: {r}"
+        );
+    }
 }
 
 #[test]

@@ -14,11 +14,8 @@ use super::options;
 use crate::output::lab::Lab;
 use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::table::Table;
-use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::peers::sem::registry::{self as sems, SemEntry, KERNEL};
 use crate::workloads::dining::{Config, Dining, Mode, Outcome};
-
-/// The kernel's backend, the reference of every ratio.
-const KERNEL: &str = "sysv";
 
 /// `ksync-lab dining`'s options.
 #[derive(clap::Args, Debug, Clone)]

@@ -10,14 +10,9 @@ use crate::output::lab::Lab;
 use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
-use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
 use crate::workloads::sembench::{Config, Outcome, Sembench};
 use std::time::Duration;
-
-/// The kernel's backend, the reference of every ratio.
-const KERNEL: &str = "sysv";
-/// The floor, the second reference (`peers::sem::futex_batch`).
-const FLOOR: &str = "futex-batch";
 
 /// `ksync-lab sembench`: Chris Mason's post/wait benchmark, as Manfred Spraul
 /// ran it in April 2010.

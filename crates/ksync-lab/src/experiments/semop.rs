@@ -13,7 +13,7 @@
 use crate::output::lab::Lab;
 use crate::output::record::Record;
 use crate::output::table::Table;
-use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::peers::sem::registry::{self as sems, SemEntry, KERNEL};
 use crate::workloads::semop::{cas_pair_ns, PairCost};
 use std::time::Duration;
 
@@ -29,9 +29,6 @@ pub struct Args {
 
 /// The backends measured, in table order.
 const BACKENDS: [&str; 4] = ["ksync-sem", "ksync-shared", "sysv", "posix-sem"];
-
-/// The kernel's backend, the reference of the ratios.
-const KERNEL: &str = "sysv";
 
 /// The row of the floor: two bare compare-and-swaps per down + up.
 const FLOOR: &str = "two-cas-floor";

@@ -20,7 +20,7 @@ use crate::output::lab::Lab;
 use crate::output::record::{median, Measured, Record};
 use crate::output::table::Table;
 use crate::peers::names::{self, Named};
-use crate::peers::sem::registry::{self as sems, SemEntry};
+use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
 use crate::peers::sem::SetCounters;
 use crate::workloads::wake::bulk::{placement, BulkOutcome, BulkWake, Placement, Waker};
 use crate::workloads::wake::deep::{DeepList, DeepOutcome, Post, HEAD_WANTS};
@@ -100,10 +100,6 @@ impl Named for Waker {
         Waker::name(*self)
     }
 }
-
-/// The bulk wake-up's floor, the one backend offered without System V
-/// semantics: it has neither the deep list's -1000 heads nor `SETALL`.
-const FLOOR: &str = "futex-batch";
 
 /// Whether `b` runs in the wake experiments at all.
 fn offered(b: &SemEntry) -> bool {
@@ -408,33 +404,71 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             "call us",
             "last return us",
             "call ns / sleeper",
+            "call / sysv's",
             "last return ns / sleeper",
             "visited / sleeper",
             "attempts / sleeper",
             "futex wakes / sleeper",
         ]);
-        let mut scaling = Vec::new();
-        for &(waker, b) in &bulk_pairs {
-            let mut per_sleeper = Vec::new();
-            for &n in &args.sizes {
-                let label = format!(
-                    "wake bulk -o {} --waker {} {n} sleepers",
-                    b.name,
-                    waker.name()
-                );
-                let m = measure(
-                    lab,
-                    &label,
-                    || {
-                        b.dispatch(BulkWake {
-                            sleepers: n,
-                            waker,
-                            rounds: args.rounds,
-                            place,
-                        })
-                    },
-                    |o| bulk_record(o, b, place),
-                )?;
+        // The kernel's row with the same waker: the reference of a call's
+        // ratio, taken within a round (`Lab::measure_rounds`).
+        let kernel_of: Vec<Option<usize>> = bulk_pairs
+            .iter()
+            .map(|&(waker, _)| {
+                bulk_pairs
+                    .iter()
+                    .position(|&(w, b)| w == waker && b.name == KERNEL)
+            })
+            .collect();
+        // Per (waker, backend) pair, its per-sleeper times at each size.
+        let mut per_sleeper: Vec<Vec<(usize, f64, f64)>> = vec![Vec::new(); bulk_pairs.len()];
+        for &n in &args.sizes {
+            let labels: Vec<String> = bulk_pairs
+                .iter()
+                .map(|(waker, b)| {
+                    format!(
+                        "wake bulk -o {} --waker {} {n} sleepers",
+                        b.name,
+                        waker.name()
+                    )
+                })
+                .collect();
+            let mut error = None;
+            let points = lab.measure_rounds(
+                &labels,
+                |p| {
+                    let (waker, b) = bulk_pairs[p];
+                    let run = BulkWake {
+                        sleepers: n,
+                        waker,
+                        rounds: args.rounds,
+                        place,
+                    };
+                    match b.dispatch(run) {
+                        Ok(o) => bulk_record(&o, b, place),
+                        Err(e) => {
+                            error.get_or_insert(format!("{}: {e}", labels[p]));
+                            Record::new("wake", "failed", "-", false, 0)
+                        }
+                    }
+                },
+                |round| {
+                    let call = |r: &Record| r.get("call_ns_per_sleeper");
+                    let bases: Vec<f64> = kernel_of
+                        .iter()
+                        .map(|k| k.map_or(f64::NAN, |k| call(&round[k])))
+                        .collect();
+                    for (r, base) in round.iter_mut().zip(bases) {
+                        let x = call(r) / base;
+                        r.metrics.insert("call_x_sysv".into(), x);
+                    }
+                },
+            );
+            if let Some(e) = error {
+                return Err(e);
+            }
+            for (p, m) in points.iter().enumerate() {
+                let (waker, b) = bulk_pairs[p];
                 table.row(vec![
                     b.name.to_string(),
                     waker.name().to_string(),
@@ -443,19 +477,23 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                     m.show_or_dash("call_us", 0),
                     m.show_or_dash("last_return_us", 0),
                     m.show_or_dash("call_ns_per_sleeper", 0),
+                    m.show_or_dash("call_x_sysv", 2),
                     m.show_or_dash("last_return_ns_per_sleeper", 0),
                     m.show_or_dash("visited_per_sleeper", 2),
                     m.show_or_dash("attempts_per_sleeper", 2),
                     m.show_or_dash("futex_wakes_per_sleeper", 2),
                 ]);
-                per_sleeper.push((
+                per_sleeper[p].push((
                     n,
                     m.get("call_ns_per_sleeper"),
                     m.get("last_return_ns_per_sleeper"),
                 ));
             }
-            if let (Some(first), Some(last)) = (per_sleeper.first(), per_sleeper.last()) {
-                if per_sleeper.len() > 1 {
+        }
+        let mut scaling = Vec::new();
+        for (&(waker, b), sizes) in bulk_pairs.iter().zip(&per_sleeper) {
+            if let (Some(first), Some(last)) = (sizes.first(), sizes.last()) {
+                if sizes.len() > 1 {
                     scaling.push(format!(
                         "{} {}: per-sleeper time at {} / at {} sleepers: call {:.2}, last return {:.2} \
                          (about 1 = linear in N, about {:.0} = quadratic)",
@@ -470,6 +508,12 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 }
             }
         }
+        table.note(
+            "call / sysv's: the waker's call per sleeper over the kernel's with the same waker and \
+             sleepers, in the same round (each round runs every row of a size once; lower is \
+             cheaper)."
+                .into(),
+        );
         for line in scaling {
             table.note(line);
         }

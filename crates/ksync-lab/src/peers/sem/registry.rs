@@ -106,6 +106,14 @@ impl SemEntry {
     }
 }
 
+/// The kernel's backend: what every semaphore experiment's ratios compare with.
+pub const KERNEL: &str = "sysv";
+
+/// The floor: the best a user-space design could reach
+/// (`peers::sem::futex_batch`), the second reference of the contended
+/// experiments.
+pub const FLOOR: &str = "futex-batch";
+
 /// The core backends, the kernel's first: `compare`'s sembench part.
 pub fn core() -> Vec<&'static SemEntry> {
     SEM_BACKENDS.iter().filter(|e| e.core).collect()
@@ -132,6 +140,14 @@ pub fn chosen(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_references_are_registered_under_their_own_names() {
+        assert_eq!(by_name(KERNEL).map(|e| e.name), Some(KERNEL));
+        assert_eq!(by_name(FLOOR).map(|e| e.name), Some(FLOOR));
+        assert!(by_name(KERNEL).unwrap().has_sysv_semantics());
+        assert!(!by_name(FLOOR).unwrap().has_sysv_semantics());
+    }
 
     #[test]
     fn the_kernel_is_sysv_under_every_name() {
