@@ -60,6 +60,20 @@ pub(super) struct Skipped {
 }
 
 impl Skipped {
+    /// Counts `sleeper` as kept, waiting for zero where `waits_for_zero`
+    /// says (its blocking operation, or any of its operations when the scan
+    /// passed it over unevaluated).
+    ///
+    /// # Safety
+    ///
+    /// `sleeper` is still queued under the lock the caller holds.
+    unsafe fn keep(&mut self, sleeper: &Sleeper, waits_for_zero: bool) {
+        self.waits_for_zero |= waits_for_zero;
+        self.has_nowait |= sleeper.has_nowait();
+        // SAFETY: per the caller's contract, the owner is blocked.
+        self.uses_undo |= unsafe { sleeper.undo() }.is_some();
+    }
+
     /// The rescan rule: whether completing `done` can have made one of the
     /// skipped entries runnable (or failing). Only if it raised a value, or
     /// lowered one while a skipped entry waits for zero or has an operation
@@ -316,10 +330,8 @@ impl SetShared {
                 if sleeper.sem_mask() & changed == 0 {
                     // Blocked where it was (see the doc): kept, as the
                     // rescan rule sees it without its blocking operation.
-                    skipped.waits_for_zero |= sleeper.has_wait_for_zero();
-                    skipped.has_nowait |= sleeper.has_nowait();
                     // SAFETY: as above.
-                    skipped.uses_undo |= unsafe { sleeper.undo() }.is_some();
+                    unsafe { skipped.keep(sleeper, sleeper.has_wait_for_zero()) };
                     entries[kept] = node;
                     kept += 1;
                     continue;
@@ -327,11 +339,9 @@ impl SetShared {
                 match self.retry(held, node) {
                     Attempt::Blocked(i) => {
                         // SAFETY: still queued under `held`.
-                        let sops = unsafe { node.get().sops() };
-                        skipped.waits_for_zero |= sops[i].op == 0;
-                        skipped.has_nowait |= sleeper.has_nowait();
+                        let waits_for_zero = unsafe { sleeper.sops() }[i].op == 0;
                         // SAFETY: as above.
-                        skipped.uses_undo |= unsafe { node.get().undo() }.is_some();
+                        unsafe { skipped.keep(sleeper, waits_for_zero) };
                         entries[kept] = node;
                         kept += 1;
                     }
