@@ -11,7 +11,7 @@
 //! under the set's lock, in the kernel a complex operation.
 
 use crate::output::lab::Lab;
-use crate::output::record::Record;
+use crate::output::record::{ratio_to, Record};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry, KERNEL};
 use crate::workloads::semop::{cas_pair_ns, PairCost};
@@ -122,14 +122,13 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         |round| {
             // The floor's row compares with the one-semaphore calls.
             let sems_of = |p: usize| if p == 0 { 1 } else { cases[p - 1].0 };
-            let floor = round[0].get("ns");
             let kernel = [1, 2].map(|n| kernel_of(n).map_or(f64::NAN, |k| round[k].get("ns")));
             for (p, r) in round.iter_mut().enumerate() {
-                let ns = r.get("ns");
                 let kernel = kernel[usize::from(sems_of(p)) - 1];
-                r.metrics.insert("x_sysv".into(), kernel / ns);
-                r.metrics.insert("x_cas".into(), ns / floor);
+                let x = kernel / r.get("ns");
+                r.metrics.insert("x_sysv".into(), x);
             }
+            ratio_to(round, 0, "ns", "x_cas");
         },
     );
     if let Some(e) = failure {

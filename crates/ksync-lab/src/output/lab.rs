@@ -216,6 +216,7 @@ impl Lab {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::record::ratio_to;
 
     #[test]
     fn rounds_run_every_point_once_per_round_and_pair_within_a_round() {
@@ -232,13 +233,7 @@ mod tests {
                 calls.push(p);
                 Record::new("x", "y", &labels[p], false, 1).metric("ops_per_s", values[round][p])
             },
-            |round| {
-                let base = round[1].get("ops_per_s");
-                for r in round.iter_mut() {
-                    let x = r.get("ops_per_s") / base;
-                    r.metrics.insert("x_b".into(), x);
-                }
-            },
+            |round| ratio_to(round, 1, "ops_per_s", "x_b"),
         );
         assert_eq!(calls, [0, 1, 0, 1, 0, 1]);
         assert_eq!(measured.len(), 2);
