@@ -595,13 +595,9 @@ impl SetShared {
         self.release_quiet(sops, locked, &words, done.then_some(&values));
         if done {
             let pid = current_pid();
-            for sop in sops {
-                let sem_pid = &self.sems[usize::from(sop.num)].pid;
-                if sem_pid.load(Ordering::Relaxed) != pid {
-                    sem_pid.store(pid, Ordering::Relaxed);
-                }
+            for (i, sop) in sops.iter().enumerate() {
+                self.sems[usize::from(sop.num)].stamp_after_write(pid, i == 0);
             }
-            self.touch_otime(usize::from(sops[0].num));
         }
         Some(outcome)
     }
@@ -669,13 +665,7 @@ impl SetShared {
                 Err(now) => current = now,
             }
         }
-        let pid = current_pid();
-        let sem_pid = &self.sems[num].pid;
-        // Racy but harmless: every thread of the process stores the same pid.
-        if sem_pid.load(Ordering::Relaxed) != pid {
-            sem_pid.store(pid, Ordering::Relaxed);
-        }
-        self.touch_otime(num);
+        self.sems[num].stamp_after_write(current_pid(), true);
         Some(Ok(()))
     }
 }

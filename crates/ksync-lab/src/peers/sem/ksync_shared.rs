@@ -43,7 +43,8 @@ impl SemBackend for KsyncShared {
         SemBuf::new(num, delta, if nowait { IPC_NOWAIT } else { 0 })
     }
 
-    #[inline]
+    // Always inline, as for `SemSet`.
+    #[inline(always)]
     fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
         // The conversion stays out of line, as for `SemSet`.
         self.set
