@@ -629,6 +629,54 @@ mod tests {
         assert!(!undo.may_run_after(&[undone(0)]));
     }
 
+    #[test]
+    fn a_kept_sleeper_gives_the_rescan_rule_what_it_waits_on() {
+        use crate::sem::undo_entry::UndoEntry;
+        use crate::sem::IPC_NOWAIT;
+        let keep = |sleeper: &Sleeper, waits_for_zero: bool| {
+            let mut skipped = Skipped::default();
+            // SAFETY: the sleeper is this test's own, on no list.
+            unsafe { skipped.keep(sleeper, waits_for_zero) };
+            (
+                skipped.waits_for_zero,
+                skipped.has_nowait,
+                skipped.uses_undo,
+            )
+        };
+        // A plain decrement gives nothing to the rule.
+        let plain = [sb(0, -1)];
+        assert_eq!(
+            keep(&Sleeper::new(&plain, None, 0, false), false),
+            (false, false, false)
+        );
+        // The scan says where it waits for zero.
+        let zero = [sb(0, 0)];
+        assert_eq!(
+            keep(&Sleeper::new(&zero, None, 0, false), true),
+            (true, false, false)
+        );
+        // IPC_NOWAIT on an operation that passed, blocked on a later one:
+        // a decrement elsewhere may now make it fail.
+        let nowait = [SemBuf::new(0, -1, IPC_NOWAIT), sb(1, -1)];
+        assert_eq!(
+            keep(&Sleeper::new(&nowait, None, 1, false), false),
+            (false, true, false)
+        );
+        // Undo adjustments, which a completed SEM_UNDO operation may move.
+        let undo = UndoEntry::new(2);
+        let undone = [SemBuf::new(0, -1, crate::sem::SEM_UNDO)];
+        let with_undo = Sleeper::new(&undone, Some(&undo), 0, false);
+        assert_eq!(keep(&with_undo, false), (false, false, true));
+        // Each input stays set once some kept sleeper set it.
+        let mut skipped = Skipped::default();
+        // SAFETY: as above.
+        unsafe {
+            skipped.keep(&Sleeper::new(&nowait, None, 1, false), false);
+            skipped.keep(&Sleeper::new(&plain, None, 0, false), false);
+        }
+        assert!(skipped.has_nowait && skipped.may_run_after(&[sb(2, -1)]));
+    }
+
     fn op_of(sops: &[SemBuf]) -> Op<'_> {
         Op {
             sops,
