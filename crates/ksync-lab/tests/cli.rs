@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab, lab_in, ok, refused, scratch, stderr, stdout};
+use common::{lab, lab_in, ok, paired, records, refused, scratch, stderr, stdout};
 
 #[test]
 fn list_names_every_lock_and_mix() {
@@ -286,6 +286,74 @@ fn rwsem_runs_mixes_and_lists_them() {
     assert!(
         custom.contains("mix custom: 2 readers, 1 writers"),
         "{custom}"
+    );
+}
+
+/// Runs `args` with `--repeat 2` into a JSON report and checks that every
+/// record of `locks` has, in each round, its ratio to each peer of `peers`
+/// from that round.
+fn ratios_within_rounds(name: &str, args: &[&str], locks: &[&str], peers: &[&str], key: &str) {
+    let json = scratch(name);
+    let mut all = vec!["--repeat", "2", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    ok(&all);
+    let records = records(&json);
+    assert_eq!(records.len(), 2 * locks.len(), "{records:?}");
+    for lock in locks {
+        for peer in peers {
+            paired(&records, 2, lock, peer, key, &format!("x_{peer}"));
+        }
+    }
+    // A ksync lock is nobody's peer.
+    for r in &records {
+        for ours in locks.iter().filter(|l| !peers.contains(l)) {
+            assert!(r["metrics"].get(format!("x_{ours}")).is_none(), "{r}");
+        }
+    }
+}
+
+#[test]
+fn spin_backoff_and_rwsem_take_their_ratios_within_a_round() {
+    let spin = ["spin", "--locks", "qspin,std,parking_lot", "--threads", "2"];
+    let quick = ["--seconds", "0.05", "--no-wait-clock"];
+    let spin: Vec<&str> = spin.iter().chain(&quick).copied().collect();
+    let locks = ["qspin", "std", "parking_lot"];
+    ratios_within_rounds("spin-rounds.json", &spin, &locks, &locks[1..], "ops_per_s");
+    let backoff = [
+        "backoff",
+        "--workloads",
+        "two-lock",
+        "--locks",
+        "ticket,std",
+        "--threads",
+        "3",
+        "--seconds",
+        "0.05",
+    ];
+    let locks = ["ticket", "std"];
+    ratios_within_rounds(
+        "backoff-rounds.json",
+        &backoff,
+        &locks,
+        &locks[1..],
+        "ops_per_s",
+    );
+    let rwsem = [
+        "rwsem",
+        "--mixes",
+        "w1",
+        "--locks",
+        "rwsem,std",
+        "--seconds",
+        "0.05",
+    ];
+    let locks = ["rwsem", "std"];
+    ratios_within_rounds(
+        "rwsem-rounds.json",
+        &rwsem,
+        &locks,
+        &locks[1..],
+        "ops_per_s",
     );
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab_in, ok, records, refused, scratch, stderr, stdout};
+use common::{lab_in, ok, paired, records, refused, scratch, stderr, stdout};
 
 /// Fails with status 2 and a message containing `needle`, without a panic.
 fn refused_with(args: &[&str], needle: &str) {
@@ -22,35 +22,6 @@ fn named_by_the_registry(records: &[serde_json::Value], known: &[&str]) {
         let lock = r["lock"].as_str().expect("a lock name");
         assert!(known.contains(&lock), "{lock}: {r}");
         assert_eq!(r["params"]["backend"], lock, "{r}");
-    }
-}
-
-/// Metric `key` of `backend`'s record from round `round` (`--repeat`).
-fn metric(records: &[serde_json::Value], backend: &str, round: u64, key: &str) -> f64 {
-    records
-        .iter()
-        .find(|r| r["lock"] == backend && r["repeat"] == round)
-        .and_then(|r| r["metrics"][key].as_f64())
-        .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
-}
-
-/// In each of `rounds` rounds, `backend`'s metric `ratio` is its `key` over
-/// `base`'s from the same round: a ratio paired within the round.
-fn paired(
-    records: &[serde_json::Value],
-    rounds: u64,
-    backend: &str,
-    base: &str,
-    key: &str,
-    ratio: &str,
-) {
-    for round in 0..rounds {
-        let got = metric(records, backend, round, ratio);
-        let want = metric(records, backend, round, key) / metric(records, base, round, key);
-        assert!(
-            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
-            "{backend} round {round}: {ratio} {got}, not {want}: {records:?}"
-        );
     }
 }
 

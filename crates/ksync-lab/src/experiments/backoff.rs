@@ -22,12 +22,12 @@
 //! holder, so it needs at least three threads contending; with fewer cores
 //! than that, preemption of the holder or of the next waiter dominates.
 
-use super::spin::{best_peer, measure_locks, measure_spin, spin_table};
+use super::spin::{best_peer, measure_locks, spin_table};
 use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
 use crate::harness::clock::relax_ns;
 use crate::output::lab::Lab;
-use crate::output::record::{ratio_text, Measured, Record};
+use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::mutex::registry::{self as mutexes, MutexEntry};
@@ -104,16 +104,23 @@ pub fn default_threads(cores: usize) -> Vec<usize> {
     t
 }
 
-/// Measures one two-lock point.
-pub fn measure_two_lock(
+/// Measures the two-lock mix at `cfg` on every lock of `locks`, in rounds
+/// (`Lab::measure_rounds`), with each run's ratio to every peer of its
+/// round, as `spin::measure_locks` does.
+pub fn measure_two_locks(
     lab: &mut Lab,
-    lock: &MutexEntry,
+    locks: &[&MutexEntry],
     cfg: &TwoLockConfig,
     workload: &str,
-) -> Measured {
-    lab.measure(
-        &format!("two-lock {} threads: {}", cfg.threads, lock.name),
-        || {
+) -> Vec<Measured> {
+    let labels: Vec<String> = locks
+        .iter()
+        .map(|l| format!("two-lock {} threads: {}", cfg.threads, l.name))
+        .collect();
+    lab.measure_rounds(
+        &labels,
+        |p| {
+            let lock = locks[p];
             let r = lock.dispatch(TwoLockLoop(cfg));
             let (min_share, max_share) = share_range(&r.per_thread);
             Record::new("backoff", workload, lock.name, lock.is_ksync(), cfg.threads)
@@ -129,6 +136,7 @@ pub fn measure_two_lock(
                 .metric("cold_longest_us", r.cold_longest.as_secs_f64() * 1e6)
                 .metric("exact", f64::from(u8::from(r.exact)))
         },
+        |round| ratios_to_peers(round, "ops_per_s"),
     )
 }
 
@@ -189,32 +197,29 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         };
         let mut by_threads: Vec<(usize, Vec<Measured>)> = Vec::new();
         for (n, pin) in threads.iter().zip(&pins) {
-            let points: Vec<Measured> = locks
-                .iter()
-                .map(|lock| match workload {
-                    Workload::Embedded => {
-                        let cfg = SpinConfig {
-                            threads: *n,
-                            mode: Mode::Timed(duration),
-                            cs_work: args.cs_work,
-                            layout: Layout::Embedded,
-                            pin: pin.clone(),
-                            wait_clock: true,
-                        };
-                        measure_spin(lab, "backoff", lock, &cfg, &label)
-                    }
-                    Workload::TwoLock => {
-                        let cfg = TwoLockConfig {
-                            threads: *n,
-                            duration,
-                            hot_work: args.hot_work,
-                            cold_work: args.cold_work,
-                            pin: pin.clone(),
-                        };
-                        measure_two_lock(lab, lock, &cfg, &label)
-                    }
-                })
-                .collect();
+            let points = match workload {
+                Workload::Embedded => {
+                    let cfg = SpinConfig {
+                        threads: *n,
+                        mode: Mode::Timed(duration),
+                        cs_work: args.cs_work,
+                        layout: Layout::Embedded,
+                        pin: pin.clone(),
+                        wait_clock: true,
+                    };
+                    measure_locks(lab, "backoff", &locks, &cfg, &label)
+                }
+                Workload::TwoLock => {
+                    let cfg = TwoLockConfig {
+                        threads: *n,
+                        duration,
+                        hot_work: args.hot_work,
+                        cold_work: args.cold_work,
+                        pin: pin.clone(),
+                    };
+                    measure_two_locks(lab, &locks, &cfg, &label)
+                }
+            };
             by_threads.push((*n, points));
         }
         lab.print(&format!(
@@ -305,7 +310,7 @@ fn two_lock_table(points: &[Measured]) -> Table {
             p.record.lock.clone(),
             p.show_sig("ops_per_s", 1e-6),
             best.map_or("-".into(), |b| {
-                ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+                p.show_ratio(&peer_ratio_key(&b.record.lock))
             }),
             format!("{:.2}", p.get("min_share")),
             format!("{:.2}", p.get("max_share")),
@@ -360,10 +365,7 @@ impl ComparePart for InCompare {
             cold_work: 5,
             pin: None,
         };
-        let points: Vec<Measured> = locks
-            .iter()
-            .map(|l| measure_two_lock(lab, l, &two, "two-lock mix, hot 200 cold 5"))
-            .collect();
+        let points = measure_two_locks(lab, &locks, &two, "two-lock mix, hot 200 cold 5");
         lab.print(&format!(
             "\n## backoff, two-lock mix: {n} threads, hot lock held 200 relaxes then cold lock held 5, {} s\n\n{}",
             quick.seconds,

@@ -6,7 +6,7 @@
 use super::{options, ComparePart, Quick};
 use crate::output::lab::Lab;
 use crate::output::lock_stats::{lock_stats_text, runs_covered};
-use crate::output::record::{ratio_text, Measured, Record};
+use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::names::{self, Named};
@@ -15,6 +15,7 @@ use crate::peers::rwlock::registry::{self as rwlocks, RwEntry, RW_LOCKS};
 use crate::workloads::rw_mix::{Mix, MixLoop, MIXES};
 use crate::workloads::share_range;
 use ksync::rwsem::RwSemStats;
+use ksync::stat::LockStatSnapshot;
 use std::time::Duration;
 
 impl Named for Mix {
@@ -55,15 +56,21 @@ pub fn mixes_table() -> Table {
 /// Measures `mix` on every lock in `locks`, prints its table and returns the points.
 pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration) -> Vec<Measured> {
     let seconds = duration.as_secs_f64();
-    let mut points = Vec::with_capacity(locks.len());
-    let mut stats = Vec::new();
-    for lock in locks {
-        let mut last_stats = None;
-        let m = lab.measure(&format!("rwsem {} {}", mix.name, lock.name), || {
+    // Every lock once per round (`Lab::measure_rounds`), each run with its
+    // ratio to every peer of its round.
+    let labels: Vec<String> = locks
+        .iter()
+        .map(|l| format!("rwsem {} {}", mix.name, l.name))
+        .collect();
+    let mut last_stats: Vec<Option<LockStatSnapshot>> = vec![None; locks.len()];
+    let points = lab.measure_rounds(
+        &labels,
+        |p| {
+            let lock = locks[p];
             ksync::rwsem::reset_rwsem_stats();
             let r = lock.dispatch(MixLoop { mix, duration });
             let events = ksync::rwsem::rwsem_stats();
-            last_stats = r.lock_stats;
+            last_stats[p] = r.lock_stats;
             let (rmin, rmax) = share_range(&r.per_reader);
             let (wmin, wmax) = share_range(&r.per_writer);
             let secs = r.elapsed.as_secs_f64();
@@ -104,12 +111,14 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
                 Some(s) => rec.lock_stats(s),
                 None => rec,
             }
-        });
-        points.push(m);
-        if let Some(s) = last_stats {
-            stats.push((lock.name.to_string(), s));
-        }
-    }
+        },
+        |round| ratios_to_peers(round, "ops_per_s"),
+    );
+    let stats: Vec<(String, LockStatSnapshot)> = locks
+        .iter()
+        .zip(last_stats)
+        .filter_map(|(l, s)| Some((l.name.to_string(), s?)))
+        .collect();
     let best = points
         .iter()
         .filter(|p| !p.record.ksync)
@@ -142,7 +151,7 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
             p.show("reads", 0),
             p.show("writes", 0),
             best.map_or("-".into(), |b| {
-                ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+                p.show_ratio(&peer_ratio_key(&b.record.lock))
             }),
             share(p, "reader", mix.readers),
             share(p, "writer", mix.writers),

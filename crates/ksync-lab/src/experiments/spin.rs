@@ -14,7 +14,7 @@ use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
 use crate::output::lab::Lab;
 use crate::output::lock_stats::{lock_stats_text, runs_covered};
-use crate::output::record::{ratio_text, Measured, Record};
+use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::mutex::registry::{self as mutexes, MutexEntry, MUTEXES};
@@ -85,18 +85,9 @@ impl std::fmt::Display for LayoutArg {
     }
 }
 
-/// Measures one spin point and turns it into a record.
-pub fn measure_spin(
-    lab: &mut Lab,
-    experiment: &str,
-    lock: &MutexEntry,
-    cfg: &SpinConfig,
-    workload: &str,
-) -> Measured {
-    measure_spin_stats(lab, experiment, lock, cfg, workload).0
-}
-
-/// [`measure_spin`] for each of `locks`, in order.
+/// Measures `locks` at `cfg`, in rounds (every lock once per round:
+/// `Lab::measure_rounds`), each run's record with its ratio to every peer
+/// of its round (`ratios_to_peers`), in the order of `locks`.
 pub fn measure_locks(
     lab: &mut Lab,
     experiment: &str,
@@ -104,76 +95,97 @@ pub fn measure_locks(
     cfg: &SpinConfig,
     workload: &str,
 ) -> Vec<Measured> {
-    locks
-        .iter()
-        .map(|l| measure_spin(lab, experiment, l, cfg, workload))
-        .collect()
+    measure_locks_stats(lab, experiment, locks, cfg, workload).0
 }
 
-/// [`measure_spin`], also returning the lock statistics of the last run
-/// for a lock that keeps them (a `+stat` entry).
-pub fn measure_spin_stats(
+/// [`measure_locks`], also returning the lock statistics of the last run
+/// of each lock that keeps them (a `+stat` entry), by name.
+pub fn measure_locks_stats(
     lab: &mut Lab,
+    experiment: &str,
+    locks: &[&MutexEntry],
+    cfg: &SpinConfig,
+    workload: &str,
+) -> (Vec<Measured>, Vec<(String, LockStatSnapshot)>) {
+    let labels: Vec<String> = locks
+        .iter()
+        .map(|l| format!("{experiment} {} threads: {}", cfg.threads, l.name))
+        .collect();
+    let mut last_stats: Vec<Option<LockStatSnapshot>> = vec![None; locks.len()];
+    let measured = lab.measure_rounds(
+        &labels,
+        |p| {
+            let (record, stats) = spin_run(experiment, locks[p], cfg, workload);
+            last_stats[p] = stats;
+            record
+        },
+        |round| ratios_to_peers(round, "ops_per_s"),
+    );
+    let stats = locks
+        .iter()
+        .zip(last_stats)
+        .filter_map(|(l, s)| Some((l.name.to_string(), s?)))
+        .collect();
+    (measured, stats)
+}
+
+/// One run of `lock` at `cfg` as a record, with its lock statistics where
+/// it keeps them.
+fn spin_run(
     experiment: &str,
     lock: &MutexEntry,
     cfg: &SpinConfig,
     workload: &str,
-) -> (Measured, Option<LockStatSnapshot>) {
-    let label = format!("{experiment} {} threads: {}", cfg.threads, lock.name);
-    let mut last_stats = None;
-    let measured = lab.measure(&label, || {
-        let r = lock.dispatch(SpinLoop(cfg));
-        let (min_share, max_share) = r.share_range();
-        let mut rec = Record::new(
-            experiment,
-            workload,
-            lock.name,
-            lock.is_ksync(),
-            cfg.threads,
-        )
-        .param("layout", cfg.layout.name())
-        .param("cs_work", cfg.cs_work)
-        .param(
-            "pin",
-            cfg.pin
-                .as_ref()
-                .map_or("none".into(), |p| Pin::Cpus(p.clone()).to_string()),
-        )
-        .metric("ops", r.ops as f64)
-        .metric("ops_per_s", r.ops_per_sec())
-        .metric("elapsed_ms", r.elapsed.as_secs_f64() * 1e3)
-        .metric("finished", f64::from(u8::from(r.finished)))
-        .metric("exact", f64::from(u8::from(r.exact)))
-        .metric("min_share", min_share)
-        .metric("max_share", max_share);
-        rec = match cfg.mode {
-            Mode::Loops { loops, limit } => rec
-                .param("mode", "loops")
-                .param("loops", loops)
-                .param("time_limit_s", limit.as_secs_f64())
-                .metric(
-                    "done_fraction",
-                    r.ops as f64 / (loops as f64 * cfg.threads as f64),
-                ),
-            Mode::Timed(d) => rec.param("mode", "timed").param("seconds", d.as_secs_f64()),
-        };
-        if let Some(first) = r.first_done {
-            rec = rec.metric("first_done_ms", first.as_secs_f64() * 1e3);
-        }
-        if let Some(w) = r.longest_wait {
-            rec = rec.metric("longest_wait_us", w.as_secs_f64() * 1e6);
-        }
-        for (name, count) in &r.events {
-            let per_kop = *count as f64 * 1000.0 / r.ops.max(1) as f64;
-            rec = rec.metric(&format!("{EVENT_PREFIX}{name}"), per_kop);
-        }
-        last_stats = r.lock_stats;
-        if let Some(s) = &r.lock_stats {
-            rec = rec.lock_stats(s);
-        }
-        rec
-    });
-    (measured, last_stats)
+) -> (Record, Option<LockStatSnapshot>) {
+    let r = lock.dispatch(SpinLoop(cfg));
+    let (min_share, max_share) = r.share_range();
+    let mut rec = Record::new(
+        experiment,
+        workload,
+        lock.name,
+        lock.is_ksync(),
+        cfg.threads,
+    )
+    .param("layout", cfg.layout.name())
+    .param("cs_work", cfg.cs_work)
+    .param(
+        "pin",
+        cfg.pin
+            .as_ref()
+            .map_or("none".into(), |p| Pin::Cpus(p.clone()).to_string()),
+    )
+    .metric("ops", r.ops as f64)
+    .metric("ops_per_s", r.ops_per_sec())
+    .metric("elapsed_ms", r.elapsed.as_secs_f64() * 1e3)
+    .metric("finished", f64::from(u8::from(r.finished)))
+    .metric("exact", f64::from(u8::from(r.exact)))
+    .metric("min_share", min_share)
+    .metric("max_share", max_share);
+    rec = match cfg.mode {
+        Mode::Loops { loops, limit } => rec
+            .param("mode", "loops")
+            .param("loops", loops)
+            .param("time_limit_s", limit.as_secs_f64())
+            .metric(
+                "done_fraction",
+                r.ops as f64 / (loops as f64 * cfg.threads as f64),
+            ),
+        Mode::Timed(d) => rec.param("mode", "timed").param("seconds", d.as_secs_f64()),
+    };
+    if let Some(first) = r.first_done {
+        rec = rec.metric("first_done_ms", first.as_secs_f64() * 1e3);
+    }
+    if let Some(w) = r.longest_wait {
+        rec = rec.metric("longest_wait_us", w.as_secs_f64() * 1e6);
+    }
+    for (name, count) in &r.events {
+        let per_kop = *count as f64 * 1000.0 / r.ops.max(1) as f64;
+        rec = rec.metric(&format!("{EVENT_PREFIX}{name}"), per_kop);
+    }
+    if let Some(s) = &r.lock_stats {
+        rec = rec.lock_stats(s);
+    }
+    (rec, r.lock_stats)
 }
 
 /// Prefix of the metrics that hold a lock's own events per 1000
@@ -251,7 +263,7 @@ pub fn spin_table(points: &[Measured], mode: Mode, wait_clock: bool) -> Table {
         }
         row.push(p.show_sig("ops_per_s", 1e-6));
         row.push(best.map_or("-".into(), |b| {
-            ratio_text(p.get("ops_per_s") / b.get("ops_per_s"))
+            p.show_ratio(&peer_ratio_key(&b.record.lock))
         }));
         if loops {
             row.push(if finished {
@@ -344,15 +356,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 pin: pin.clone(),
                 wait_clock,
             };
-            let mut stats = Vec::new();
-            let mut points = Vec::with_capacity(locks.len());
-            for lock in &locks {
-                let (m, s) = measure_spin_stats(lab, "spin", lock, &cfg, &workload);
-                points.push(m);
-                if let Some(s) = s {
-                    stats.push((lock.name.to_string(), s));
-                }
-            }
+            let (points, stats) = measure_locks_stats(lab, "spin", &locks, &cfg, &workload);
             let what = match mode {
                 Mode::Loops { loops, .. } => format!("{loops} rounds each"),
                 Mode::Timed(d) => format!("{} s", d.as_secs_f64()),

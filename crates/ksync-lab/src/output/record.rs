@@ -161,6 +161,23 @@ impl Measured {
         self.show_scaled(key, scale, decimals)
     }
 
+    /// A ratio's median as [`ratio_text`] writes it, followed by
+    /// `[min-max]` when the point ran more than once; "-" where the runs did
+    /// not have `key`.
+    pub fn show_ratio(&self, key: &str) -> String {
+        let median = ratio_text(self.get(key));
+        if self.runs <= 1 || median == "-" {
+            return median;
+        }
+        let bound = |m: &BTreeMap<String, f64>| ratio_text(m.get(key).copied().unwrap_or(f64::NAN));
+        let (lo, hi) = (bound(&self.min), bound(&self.max));
+        if lo == hi {
+            median
+        } else {
+            format!("{median} [{lo}-{hi}]")
+        }
+    }
+
     /// As [`show`](Self::show), with every value multiplied by `scale`
     /// (e.g. `1e-6` to show `ops_per_s` as Mops/s).
     pub fn show_scaled(&self, key: &str, scale: f64, decimals: usize) -> String {
@@ -188,6 +205,30 @@ pub fn ratio_to(round: &mut [Record], base: usize, key: &str, name: &str) {
     for r in round.iter_mut() {
         let x = r.get(key) / base;
         r.metrics.insert(name.into(), x);
+    }
+}
+
+/// The metric [`ratios_to_peers`] adds for a ratio to peer `lock`.
+pub fn peer_ratio_key(lock: &str) -> String {
+    format!("x_{lock}")
+}
+
+/// Adds to every record of one round of
+/// [`Lab::measure_rounds`](super::lab::Lab::measure_rounds) its `key` over
+/// that of each peer (each record not of ksync) in the same round, as
+/// metric [`peer_ratio_key`]. A table that picks its best peer once every
+/// round has run (by median) then shows ratios taken within rounds.
+pub fn ratios_to_peers(round: &mut [Record], key: &str) {
+    let peers: Vec<(String, f64)> = round
+        .iter()
+        .filter(|r| !r.ksync)
+        .map(|r| (peer_ratio_key(&r.lock), r.get(key)))
+        .collect();
+    for r in round.iter_mut() {
+        for (name, base) in &peers {
+            let x = r.get(key) / base;
+            r.metrics.insert(name.clone(), x);
+        }
     }
 }
 
@@ -234,6 +275,32 @@ mod tests {
         assert!(Measured::from_runs(&[run(1.0), run(1.0)]).in_every_run("exact"));
         assert!(!Measured::from_runs(&[run(1.0), run(0.0)]).in_every_run("exact"));
         assert!(!Measured::from_runs(&[run(1.0)]).in_every_run("finished"));
+    }
+
+    #[test]
+    fn every_record_gets_its_ratio_to_each_peer_of_its_round() {
+        let run = |lock: &str, ksync: bool, ops: f64| {
+            Record::new("spin", "w", lock, ksync, 2).metric("ops_per_s", ops)
+        };
+        let mut round = [
+            run("qspin", true, 6.0),
+            run("std", false, 3.0),
+            run("parking_lot", false, 12.0),
+        ];
+        ratios_to_peers(&mut round, "ops_per_s");
+        assert_eq!(round[0].get("x_std"), 2.0);
+        assert_eq!(round[0].get("x_parking_lot"), 0.5);
+        assert_eq!(round[2].get("x_std"), 4.0);
+        // Nobody's ratio to a ksync lock.
+        assert!(round[1].get("x_qspin").is_nan());
+        // Two rounds fold into the median and the spread of the ratios.
+        let mut second = [run("qspin", true, 2.0), run("std", false, 4.0)];
+        ratios_to_peers(&mut second, "ops_per_s");
+        let m = Measured::from_runs(&[round[0].clone(), second[0].clone()]);
+        assert_eq!(m.show_ratio("x_std"), "1.25 [0.50-2.00]");
+        assert_eq!(m.show_ratio("x_none"), "-");
+        let once = Measured::from_runs(&[second[0].clone()]);
+        assert_eq!(once.show_ratio("x_std"), "0.50");
     }
 
     #[test]

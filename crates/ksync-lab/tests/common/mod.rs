@@ -72,3 +72,32 @@ pub fn records(path: &std::path::Path) -> Vec<serde_json::Value> {
     let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     report["records"].as_array().expect("records").clone()
 }
+
+/// Metric `key` of `backend`'s record from round `round` (`--repeat`).
+pub fn metric(records: &[serde_json::Value], backend: &str, round: u64, key: &str) -> f64 {
+    records
+        .iter()
+        .find(|r| r["lock"] == backend && r["repeat"] == round)
+        .and_then(|r| r["metrics"][key].as_f64())
+        .unwrap_or_else(|| panic!("{backend} round {round} lacks {key}: {records:?}"))
+}
+
+/// In each of `rounds` rounds, `backend`'s metric `ratio` is its `key` over
+/// `base`'s from the same round: a ratio paired within the round.
+pub fn paired(
+    records: &[serde_json::Value],
+    rounds: u64,
+    backend: &str,
+    base: &str,
+    key: &str,
+    ratio: &str,
+) {
+    for round in 0..rounds {
+        let got = metric(records, backend, round, ratio);
+        let want = metric(records, backend, round, key) / metric(records, base, round, key);
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{backend} round {round}: {ratio} {got}, not {want}: {records:?}"
+        );
+    }
+}
