@@ -1,7 +1,7 @@
 //! `compare`'s summary: one row per workload, the best peer and its
 //! figure, then each ksync primitive as a multiple of it.
 
-use super::record::{ratio_text, Measured};
+use super::record::{peer_ratio_key, ratio_text, Measured};
 use super::table::Table;
 use serde::{Deserialize, Serialize};
 
@@ -15,12 +15,20 @@ pub struct SummaryRow {
     pub higher_is_better: bool,
     pub best_peer: Option<(String, f64)>,
     pub ksync: Vec<(String, f64)>,
+    /// Each ksync primitive's ratio to the best peer as the median of
+    /// ratios taken within rounds (`record::ratios_to_peers`), where its
+    /// runs carry one: what the experiment's own table shows, which the
+    /// ratio of the two medians above need not be.
+    #[serde(default)]
+    pub paired: Vec<(String, f64)>,
 }
 
 impl SummaryRow {
     /// Picks the best peer among `points` (those with `ksync == false`) by
     /// `metric` (medians) and keeps every ksync point, scaled by `scale` for
-    /// display in `unit`.
+    /// display in `unit`, with its paired ratio to that peer where its runs
+    /// took one. Every experiment that pairs takes `x_<peer>` over the
+    /// metric its summary row is built from (its throughput).
     pub fn from_measured(
         workload: &str,
         unit: &str,
@@ -43,25 +51,38 @@ impl SummaryRow {
                 best_peer = Some((p.record.lock.clone(), v));
             }
         }
+        let paired = best_peer
+            .as_ref()
+            .map(|(best, _)| {
+                let key = peer_ratio_key(best);
+                points
+                    .iter()
+                    .filter(|p| p.record.ksync && p.get(&key).is_finite())
+                    .map(|p| (p.record.lock.clone(), p.get(&key)))
+                    .collect()
+            })
+            .unwrap_or_default();
         SummaryRow {
             workload: workload.into(),
             unit: unit.into(),
             higher_is_better,
             best_peer,
             ksync,
+            paired,
         }
     }
 
     /// `name`'s figure as a multiple of the best peer's, oriented so that
-    /// above 1 is always better for ksync.
+    /// above 1 is always better for ksync: the paired ratio where there is
+    /// one, else the ratio of the medians.
     pub fn ratio(&self, name: &str) -> Option<f64> {
         let (_, best) = self.best_peer.as_ref()?;
         let (_, ours) = self.ksync.iter().find(|k| k.0 == name)?;
-        let r = if self.higher_is_better {
-            ours / best
-        } else {
-            best / ours
+        let x = match self.paired.iter().find(|k| k.0 == name) {
+            Some((_, x)) => *x,
+            None => ours / best,
         };
+        let r = if self.higher_is_better { x } else { 1.0 / x };
         r.is_finite().then_some(r)
     }
 }
@@ -106,8 +127,10 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
     }
     t.note(
         "Ratios: ksync's figure over the best peer's, inverted for lower-is-better units, so \
-         above 1 means ksync did better. On a shared or small machine, contended ratios from \
-         one short run move by a factor of 1.5 or more between runs: use --repeat."
+         above 1 means ksync did better; with --repeat, the median of ratios taken within a \
+         round where the experiment runs in rounds, as its own table shows. On a shared or \
+         small machine, contended ratios from one short run move by a factor of 1.5 or more \
+         between runs: use --repeat."
             .into(),
     );
     t
@@ -134,5 +157,35 @@ mod tests {
         let b = Measured::from_runs(&[Record::new("u", "w", "peer", false, 1).metric("ns", 10.0)]);
         let row = SummaryRow::from_measured("u", "ns", "ns", 1.0, false, &[&a, &b]);
         assert_eq!(row.ratio("ours"), Some(2.0));
+    }
+
+    #[test]
+    fn a_ratio_paired_within_rounds_wins_over_the_ratio_of_medians() {
+        use crate::output::record::ratios_to_peers;
+        // Three rounds on a drifting machine: the medians (2 and 2) say
+        // 1.0, the rounds say 2, 2 and 0.25, whose median is 2.
+        let rounds = [[4.0, 2.0], [2.0, 1.0], [1.0, 4.0]].map(|[ours, peer]| {
+            let mut round = [
+                Record::new("spin", "w", "ours", true, 2).metric("ops_per_s", ours),
+                Record::new("spin", "w", "peer", false, 2).metric("ops_per_s", peer),
+            ];
+            ratios_to_peers(&mut round, "ops_per_s");
+            round
+        });
+        let runs: [Vec<Record>; 2] = [0, 1].map(|i| rounds.iter().map(|r| r[i].clone()).collect());
+        let (ours, peer) = (Measured::from_runs(&runs[0]), Measured::from_runs(&runs[1]));
+        let summary = |ours: &Measured| {
+            SummaryRow::from_measured("spin", "ops/s", "ops_per_s", 1.0, true, &[ours, &peer])
+        };
+        assert_eq!(summary(&ours).ratio("ours"), Some(2.0));
+        // Without the paired metric, the medians decide.
+        let mut unpaired = runs[0].clone();
+        unpaired.iter_mut().for_each(|r| {
+            r.metrics.remove("x_peer");
+        });
+        assert_eq!(
+            summary(&Measured::from_runs(&unpaired)).ratio("ours"),
+            Some(1.0)
+        );
     }
 }
