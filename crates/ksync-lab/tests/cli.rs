@@ -34,7 +34,10 @@ fn list_names_every_lock_and_mix() {
 
 #[test]
 fn uncontended_measures_and_repeats() {
+    let json = scratch("uncontended-repeats.json");
     let text = ok(&[
+        "--json",
+        json.to_str().unwrap(),
         "uncontended",
         "--locks",
         "qspin,cas-floor",
@@ -49,8 +52,23 @@ fn uncontended_measures_and_repeats() {
         text.contains("| qspin") && text.contains("x cas-floor"),
         "{text}"
     );
-    // Median [min-max] once a point runs more than once.
-    assert!(text.contains('[') && text.contains(']'), "{text}");
+    // Every point ran three times, and its row shows median [min-max]
+    // unless all three agreed to the digits shown.
+    let records = records(&json);
+    assert_eq!(records.len(), 6, "{records:?}");
+    for lock in ["qspin", "cas-floor"] {
+        let shown: Vec<String> = records
+            .iter()
+            .filter(|r| r["lock"] == lock)
+            .map(|r| format!("{:.2}", r["metrics"]["ns"].as_f64().expect("ns")))
+            .collect();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {lock} ")))
+            .unwrap_or_else(|| panic!("no row for {lock}: {text}"));
+        let agreed = shown.iter().all(|v| *v == shown[0]);
+        assert_eq!(row.contains('['), !agreed, "{shown:?}: {row}");
+    }
 }
 
 #[test]
