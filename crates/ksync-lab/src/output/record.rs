@@ -165,34 +165,32 @@ impl Measured {
     /// `[min-max]` when the point ran more than once; "-" where the runs did
     /// not have `key`.
     pub fn show_ratio(&self, key: &str) -> String {
-        let median = ratio_text(self.get(key));
-        if self.runs <= 1 || median == "-" {
-            return median;
+        if !self.get(key).is_finite() {
+            return ratio_text(f64::NAN);
         }
-        let bound = |m: &BTreeMap<String, f64>| ratio_text(m.get(key).copied().unwrap_or(f64::NAN));
-        let (lo, hi) = (bound(&self.min), bound(&self.max));
-        if lo == hi {
-            median
-        } else {
-            format!("{median} [{lo}-{hi}]")
-        }
+        self.show_with(key, ratio_text)
     }
 
     /// As [`show`](Self::show), with every value multiplied by `scale`
     /// (e.g. `1e-6` to show `ops_per_s` as Mops/s).
     pub fn show_scaled(&self, key: &str, scale: f64, decimals: usize) -> String {
-        let median = self.get(key) * scale;
+        self.show_with(key, |v| format!("{:.decimals$}", v * scale))
+    }
+
+    /// The median as `text` writes it, followed by `[min-max]` when the
+    /// point ran more than once and its runs differ in what `text` writes.
+    fn show_with(&self, key: &str, text: impl Fn(f64) -> String) -> String {
+        let median = text(self.get(key));
         if self.runs <= 1 {
-            return format!("{median:.decimals$}");
+            return median;
         }
-        let lo = self.min.get(key).copied().unwrap_or(f64::NAN) * scale;
-        let hi = self.max.get(key).copied().unwrap_or(f64::NAN) * scale;
-        let (lo_s, hi_s) = (format!("{lo:.decimals$}"), format!("{hi:.decimals$}"));
-        if lo_s == hi_s {
+        let bound = |m: &BTreeMap<String, f64>| text(m.get(key).copied().unwrap_or(f64::NAN));
+        let (lo, hi) = (bound(&self.min), bound(&self.max));
+        if lo == hi {
             // Every run agreed to the digits shown.
-            format!("{median:.decimals$}")
+            median
         } else {
-            format!("{median:.decimals$} [{lo_s}-{hi_s}]")
+            format!("{median} [{lo}-{hi}]")
         }
     }
 }
@@ -219,15 +217,10 @@ pub fn peer_ratio_key(lock: &str) -> String {
 /// metric [`peer_ratio_key`]. A table that picks its best peer once every
 /// round has run (by median) then shows ratios taken within rounds.
 pub fn ratios_to_peers(round: &mut [Record], key: &str) {
-    let peers: Vec<(String, f64)> = round
-        .iter()
-        .filter(|r| !r.ksync)
-        .map(|r| (peer_ratio_key(&r.lock), r.get(key)))
-        .collect();
-    for r in round.iter_mut() {
-        for (name, base) in &peers {
-            let x = r.get(key) / base;
-            r.metrics.insert(name.clone(), x);
+    for peer in 0..round.len() {
+        if !round[peer].ksync {
+            let name = peer_ratio_key(&round[peer].lock);
+            ratio_to(round, peer, key, &name);
         }
     }
 }
