@@ -191,28 +191,20 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 })
                 .collect();
             let kernel = backends.iter().position(|b| b.name == KERNEL);
-            let mut error = None;
             // Every backend once per round, the ratio to the kernel taken
             // within a round (`Lab::measure_rounds`).
-            let points = lab.measure_rounds(
+            let points = lab.try_measure_rounds(
                 &labels,
                 |p| match backends[p].dispatch(Dining(&cfg)) {
-                    Ok(o) => record(&o, backends[p], &cfg),
-                    Err(e) => {
-                        error.get_or_insert(format!("{}: {e}", labels[p]));
-                        let b = backends[p];
-                        Record::new("dining", "failed", b.name, b.is_ksync(), n)
-                    }
+                    Ok(o) => Ok(record(&o, backends[p], &cfg)),
+                    Err(e) => Err(format!("{}: {e}", labels[p])),
                 },
                 |round| {
                     if let Some(kernel) = kernel {
                         ratio_to(round, kernel, "pairs_per_s", "x_sysv");
                     }
                 },
-            );
-            if let Some(e) = error {
-                return Err(e);
-            }
+            )?;
             for (label, measured) in labels.iter().zip(&points) {
                 if !measured.in_every_run("exact") {
                     lab.fail(format!(

@@ -357,29 +357,17 @@ fn measure_all(
     let position = |name: &str| backends.iter().position(|b| b.name == name);
     let (kernel, floor) = (position(KERNEL), position(FLOOR));
     let printer = lab.printer();
-    let mut error = None;
-    let measured = lab.measure_rounds(
+    lab.try_measure_rounds(
         &labels,
         |p| {
             let backend = backends[p];
-            match backend.dispatch(Sembench(config)) {
-                Ok(o) => {
-                    if print {
-                        printer(&format!("\n{}\n", self::lines(&o, backend).join("\n")));
-                    }
-                    record(&o, backend, config, sleeper_spin)
-                }
-                Err(e) => {
-                    error.get_or_insert(format!("sembench -o {}: {e}", backend.name));
-                    Record::new(
-                        "sembench",
-                        "failed",
-                        backend.name,
-                        backend.is_ksync(),
-                        config.threads,
-                    )
-                }
+            let o = backend
+                .dispatch(Sembench(config))
+                .map_err(|e| format!("sembench -o {}: {e}", backend.name))?;
+            if print {
+                printer(&format!("\n{}\n", self::lines(&o, backend).join("\n")));
             }
+            Ok(record(&o, backend, config, sleeper_spin))
         },
         |round| {
             for (name, base) in [("x_sysv", kernel), ("x_floor", floor)] {
@@ -388,11 +376,7 @@ fn measure_all(
                 }
             }
         },
-    );
-    match error {
-        Some(e) => Err(e),
-        None => Ok(measured),
-    }
+    )
 }
 
 /// The comparison table: medians (with `[min-max]` over `--repeat` runs),

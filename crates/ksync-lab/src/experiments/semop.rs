@@ -83,15 +83,16 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             .position(|&(n, b)| n == sems && b.name == KERNEL)
             .map(|i| i + 1)
     };
-    let mut failure = None;
-    let measured = lab.measure_rounds(
+    let measured = lab.try_measure_rounds(
         &labels,
         |p| {
             let Some(&(n, backend)) = p.checked_sub(1).map(|i| &cases[i]) else {
-                return Record::new("semop", "two bare compare-and-swaps", FLOOR, false, 1)
-                    .param("iters", args.iters)
-                    .param("rounds", args.rounds)
-                    .metric("ns", cas_pair_ns(args.iters, args.rounds));
+                return Ok(
+                    Record::new("semop", "two bare compare-and-swaps", FLOOR, false, 1)
+                        .param("iters", args.iters)
+                        .param("rounds", args.rounds)
+                        .metric("ns", cas_pair_ns(args.iters, args.rounds)),
+                );
             };
             let iters = if backend.name == KERNEL {
                 (args.iters / KERNEL_SHARE).max(1)
@@ -103,11 +104,10 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 iters,
                 rounds: args.rounds,
             };
-            let ns = backend.dispatch(cost).unwrap_or_else(|e| {
-                failure.get_or_insert(format!("semop {}: {e}", backend.name));
-                f64::NAN
-            });
-            Record::new(
+            let ns = backend
+                .dispatch(cost)
+                .map_err(|e| format!("semop {}: {e}", backend.name))?;
+            Ok(Record::new(
                 "semop",
                 &format!("uncontended down+up, {n} semaphore(s) per call"),
                 backend.name,
@@ -117,7 +117,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             .param("semaphores", n)
             .param("iters", args.iters)
             .param("rounds", args.rounds)
-            .metric("ns", ns)
+            .metric("ns", ns))
         },
         |round| {
             // The floor's row compares with the one-semaphore calls.
@@ -130,10 +130,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
             }
             ratio_to(round, 0, "ns", "x_cas");
         },
-    );
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    )?;
     let mut table = Table::new([
         "semaphores per call",
         "backend",

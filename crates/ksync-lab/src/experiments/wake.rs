@@ -183,25 +183,22 @@ fn check_sleepers(b: &SemEntry, args: &Args, deep: bool, bulk: bool) -> Result<(
     Ok(())
 }
 
-/// Runs `run` through `lab.measure`, turning a failed run into an error.
+/// Measures one point, `--repeat` times, turning a failed run into an error.
 fn measure<T>(
     lab: &mut Lab,
     label: &str,
     mut run: impl FnMut() -> Result<T, String>,
     record: impl Fn(&T) -> Record,
 ) -> Result<Measured, String> {
-    let mut error = None;
-    let measured = lab.measure(label, || match run() {
-        Ok(outcome) => record(&outcome),
-        Err(e) => {
-            error.get_or_insert(e);
-            Record::new("wake", "failed", "-", false, 0)
-        }
-    });
-    match error {
-        Some(e) => Err(format!("{label}: {e}")),
-        None => Ok(measured),
-    }
+    let mut measured = lab.try_measure_rounds(
+        &[label.to_string()],
+        |_| match run() {
+            Ok(outcome) => Ok(record(&outcome)),
+            Err(e) => Err(format!("{label}: {e}")),
+        },
+        |_| {},
+    )?;
+    Ok(measured.remove(0))
 }
 
 fn deep_record(o: &DeepOutcome, b: &SemEntry) -> Record {
@@ -433,8 +430,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                     )
                 })
                 .collect();
-            let mut error = None;
-            let points = lab.measure_rounds(
+            let points = lab.try_measure_rounds(
                 &labels,
                 |p| {
                     let (waker, b) = bulk_pairs[p];
@@ -445,11 +441,8 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                         place,
                     };
                     match b.dispatch(run) {
-                        Ok(o) => bulk_record(&o, b, place),
-                        Err(e) => {
-                            error.get_or_insert(format!("{}: {e}", labels[p]));
-                            Record::new("wake", "failed", "-", false, 0)
-                        }
+                        Ok(o) => Ok(bulk_record(&o, b, place)),
+                        Err(e) => Err(format!("{}: {e}", labels[p])),
                     }
                 },
                 |round| {
@@ -463,10 +456,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                         r.metrics.insert("call_x_sysv".into(), x);
                     }
                 },
-            );
-            if let Some(e) = error {
-                return Err(e);
-            }
+            )?;
             for (p, m) in points.iter().enumerate() {
                 let (waker, b) = bulk_pairs[p];
                 table.row(vec![

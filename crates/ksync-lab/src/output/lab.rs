@@ -147,6 +147,33 @@ impl Lab {
         self.keep(by_point)
     }
 
+    /// [`measure_rounds`](Self::measure_rounds) for runs that can fail. A
+    /// failed run stands in its round as an empty record, the rounds go on,
+    /// and the first failure is returned once they are over: the command
+    /// then fails and reports nothing it measured.
+    pub fn try_measure_rounds(
+        &mut self,
+        labels: &[String],
+        mut run: impl FnMut(usize) -> Result<Record, String>,
+        paired: impl FnMut(&mut [Record]),
+    ) -> Result<Vec<Measured>, String> {
+        let mut error = None;
+        let measured = self.measure_rounds(
+            labels,
+            |p| {
+                run(p).unwrap_or_else(|e| {
+                    error.get_or_insert(e);
+                    Record::new("-", "failed", "-", false, 0)
+                })
+            },
+            paired,
+        );
+        match error {
+            Some(e) => Err(e),
+            None => Ok(measured),
+        }
+    }
+
     /// One run of the point `label`, the `i`th of its `--repeat`.
     fn run_once(&mut self, label: &str, i: u32, run: &mut impl FnMut() -> Record) -> Record {
         self.bar.set_message(if self.repeat > 1 {
@@ -246,5 +273,32 @@ mod tests {
         assert_eq!(report.records.len(), 6);
         let rounds: Vec<u32> = report.records.iter().map(|r| r.repeat).collect();
         assert_eq!(rounds, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn a_failed_run_ends_the_rounds_in_its_error() {
+        let mut lab = Lab::new(2);
+        let labels = ["a".to_string(), "b".to_string()];
+        let mut calls = 0;
+        let result = lab.try_measure_rounds(
+            &labels,
+            |p| {
+                calls += 1;
+                match p {
+                    0 => Ok(Record::new("x", "y", "a", false, 1).metric("ops_per_s", 1.0)),
+                    _ => Err(format!("b failed in call {calls}")),
+                }
+            },
+            |_| {},
+        );
+        // The rounds went on; the first failure is the one returned.
+        assert_eq!(calls, 4);
+        assert_eq!(result, Err("b failed in call 2".to_string()));
+        let ok = lab.try_measure_rounds(
+            &labels[..1],
+            |_| Ok(Record::new("x", "y", "a", false, 1).metric("ops_per_s", 3.0)),
+            |_| {},
+        );
+        assert_eq!(ok.map(|m| m[0].get("ops_per_s")), Ok(3.0));
     }
 }
