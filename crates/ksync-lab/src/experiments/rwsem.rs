@@ -5,7 +5,7 @@
 
 use super::{options, ComparePart, Quick};
 use crate::output::lab::Lab;
-use crate::output::lock_stats::{lock_stats_text, runs_covered};
+use crate::output::lock_stats::{lock_stats_text, named_stats, runs_covered};
 use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
@@ -114,11 +114,7 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
         },
         |round| ratios_to_peers(round, "ops_per_s"),
     );
-    let stats: Vec<(String, LockStatSnapshot)> = locks
-        .iter()
-        .zip(last_stats)
-        .filter_map(|(l, s)| Some((l.name.to_string(), s?)))
-        .collect();
+    let stats = named_stats(locks.iter().map(|l| l.name), last_stats);
     let best = points
         .iter()
         .filter(|p| !p.record.ksync)

@@ -13,7 +13,7 @@
 use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
 use crate::output::lab::Lab;
-use crate::output::lock_stats::{lock_stats_text, runs_covered};
+use crate::output::lock_stats::{lock_stats_text, named_stats, runs_covered};
 use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
@@ -121,12 +121,10 @@ pub fn measure_locks_stats(
         },
         |round| ratios_to_peers(round, "ops_per_s"),
     );
-    let stats = locks
-        .iter()
-        .zip(last_stats)
-        .filter_map(|(l, s)| Some((l.name.to_string(), s?)))
-        .collect();
-    (measured, stats)
+    (
+        measured,
+        named_stats(locks.iter().map(|l| l.name), last_stats),
+    )
 }
 
 /// One run of `lock` at `cfg` as a record, with its lock statistics where

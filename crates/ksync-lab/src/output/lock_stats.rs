@@ -36,6 +36,19 @@ impl Record {
     }
 }
 
+/// Each lock's statistics from its last run, by name, for the locks that
+/// keep them (`last[i]` is `names[i]`'s), as [`lock_stats_text`] takes them.
+pub fn named_stats<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    last: Vec<Option<LockStatSnapshot>>,
+) -> Vec<(String, LockStatSnapshot)> {
+    names
+        .into_iter()
+        .zip(last)
+        .filter_map(|(name, s)| Some((name.to_string(), s?)))
+        .collect()
+}
+
 /// The lock statistics of some points, as `--lock-stats` prints them: per
 /// lock a heading and Manfred Spraul's line (`free F contended C wait W avg A
 /// 1/1000 cpu time P`, times in ns), then the lock_stat-like table of all.
