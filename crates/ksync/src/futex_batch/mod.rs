@@ -32,8 +32,8 @@
 //! shares a post's wakes out among the sleepers it wakes first, each of
 //! which wakes a few more before it returns, while the poster takes the
 //! rest. Where the machine has CPUs to spare, any woken sleeper claims any
-//! words; on 2 or 3 CPUs, a leader woken on each CPU wakes the others of
-//! its CPU, since a wake onto one's own CPU costs no IPI. [`sharing_mode`]
+//! words; on 2 or 3 CPUs, the woken on each CPU wake only the others of
+//! their CPU, since a wake onto one's own CPU costs no IPI. [`sharing_mode`]
 //! says which.
 //!
 //! The io_uring part is `uring/`. Its ABI is written out (`uring/abi.rs`:

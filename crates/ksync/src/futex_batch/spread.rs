@@ -35,18 +35,27 @@
 //!
 //! So [`SharingMode::Local`] keeps wake-ups on their CPU. Each sleeper says
 //! where it sleeps ([`sleeper_cpu`], when its call queues), and the poster
-//! hands the third sleeper of each other CPU a handle ([`LEADER_AT`]). That
-//! leader, once running there, wakes the fourth and later sleepers of its
-//! CPU, each a wake onto its own CPU: only those go on the board. The
-//! poster makes two batched wakes: first, from a list of its own, the
-//! leaders, then each CPU's first two sleepers (which may hold what others
-//! wait for, so they are not kept waiting for a leader), its own CPU's
-//! sleepers and those of CPUs with no leader; then whatever the leaders
-//! have not taken from the board by then, so that nothing waits for a
-//! leader the scheduler has not run. Each board entry is taken by swapping
-//! its word out, so it is woken once, by whoever takes it first. A post
-//! with at most three sleepers on each other CPU takes no board and makes
-//! one batched wake, as a post without sharing does.
+//! keeps a board for each other CPU with three or more sleepers in the
+//! post: the fourth and later sleepers of that CPU go on it, and the third
+//! ([`LEADER_AT`], the leader) and every later one get a handle to it. The
+//! poster first wakes, in one batch of its own, the leaders, then each
+//! CPU's first two sleepers (which may hold what others wait for, so they
+//! are not kept waiting for a helper), its own CPU's sleepers and those of
+//! CPUs with no board. Once running, a leader claims a few of its board's
+//! words and wakes them, each a wake onto its own CPU; each sleeper it
+//! wakes does the same before it returns, and so on, as under
+//! [`SharingMode::Any`] but one CPU to a board. Meanwhile the poster claims
+//! from the boards too, so that nothing waits for a helper the scheduler
+//! has not run. (With a leader alone to help, a bulk wake-up of 4096
+//! sleepers of one CPU left the poster nearly all of them: each batch the
+//! leader woke ran before it on its CPU, so it seldom ran again before the
+//! poster was done.) A post with at most two sleepers on each other CPU
+//! takes no board and makes one batched wake, as a post without sharing
+//! does.
+//!
+//! A board holds a post to every semaphore of the largest set: its first
+//! entries are in place, later ones in segments that double, allocated as
+//! a post first reaches them and kept with the board.
 //!
 //! [`sharing_mode`] says which way posts share: [`SharingMode::Any`] by
 //! default with 4 or more CPUs, [`SharingMode::Local`] with 2 or 3, off
@@ -62,9 +71,9 @@
 //! handle outstanding keeps it for its thread's next post, so a post that
 //! wakes one sleeper allocates nothing.
 //!
-//! Barriers: the release store of `len` in [`Spread::push`] pairs with the
-//! acquire loads of `len` in [`Board::claim`] and `Board::take_and_wake` (an entry
-//! claimed or taken was written, its CPU included);
+//! Barriers: the release store of `len` in `Board::publish` pairs with the
+//! acquire load of `len` in `Board::claim` (an entry claimed was written,
+//! and its segment stored);
 //! the handle is published by the caller's own release (for `ksync::sem`,
 //! the status swap that delivers the result) and read after the sleeper's
 //! acquire of that status; the reference count's `AcqRel` decrements order
@@ -73,13 +82,42 @@
 use core::ops::Range;
 use core::ptr::NonNull;
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
-/// Words a board holds; a post that owes more wakes the rest itself, batched.
+/// Words a board holds: enough for a post to every semaphore of the largest
+/// set ([`crate::sem::SEMMSL`]), so that a bulk wake-up is shared out whole.
+/// A post that owes more wakes the rest itself, batched.
+const CAPACITY: usize = FIRST << MORE;
+
+/// Entries in a board's first segment, which the board holds in place: a
+/// post that wakes a few sleepers allocates nothing more.
 #[cfg(not(loom))]
-const CAPACITY: usize = 128;
+const FIRST: usize = 128;
 #[cfg(loom)]
-const CAPACITY: usize = 3;
+const FIRST: usize = 2;
+
+/// Segments after the first, allocated as a post first reaches them and
+/// kept with the board: segment `k` holds `FIRST << k` entries, so each
+/// doubles the board, and a post of `n` words touches about `n` entries'
+/// worth of memory however large the board may grow.
+#[cfg(not(loom))]
+const MORE: usize = 8;
+#[cfg(loom)]
+const MORE: usize = 1;
+
+/// Most words one batched wake takes from a board. Every batch sits in a
+/// frame of its own (see [`Handle::help_board`]); a frame sized for the
+/// whole board (64 KB for 8192 words) made each of 4096 helper threads
+/// fault in fresh stack pages, which put the last sleeper's return of a
+/// shared-out bulk wake-up at 5.5x the kernel's (`ksync-lab wake`).
+#[cfg(not(loom))]
+const BATCH: usize = 128;
+#[cfg(loom)]
+const BATCH: usize = 2;
+
+// A post to every semaphore of the largest set fits on one board.
+#[cfg(not(loom))]
+const _: () = assert!(CAPACITY >= crate::sem::SEMMSL);
 
 /// Words the poster claims at a time after its first (one batched wake).
 const POSTER_CHUNK: usize = 8;
@@ -90,11 +128,12 @@ const POSTER_CHUNK: usize = 8;
 /// their CPU time wherever they run).
 const HELPER_CHUNK: usize = 4;
 
-const MAX_CHUNK: usize = if POSTER_CHUNK > HELPER_CHUNK {
-    POSTER_CHUNK
-} else {
-    HELPER_CHUNK
-};
+/// [`HELPER_CHUNK`] under [`SharingMode::Local`], where every helper's
+/// words sleep on its own CPU, so a wake costs it no IPI, and that CPU is
+/// the one its wakes keep busy: larger, for fewer system calls. A helper
+/// the scheduler stops between its claim and its wakes still delays no
+/// more than this many, each on its own CPU.
+const LOCAL_HELPER_CHUNK: usize = 16;
 
 /// The poster's share of the reference count while its wake-up runs.
 const POSTER_BIAS: usize = 1 << (usize::BITS - 2);
@@ -137,9 +176,9 @@ pub enum SharingMode {
     /// Every woken sleeper that holds a handle claims a few of the words
     /// left, wherever their sleepers are, while the poster claims the rest.
     Any,
-    /// Wake-ups stay on the CPU they are for: a leader woken on each other
-    /// CPU wakes the third and later sleepers there, the poster the rest
-    /// and whatever the leaders have not taken. See the module
+    /// Wake-ups stay on the CPU they are for: the woken on each other CPU
+    /// claim a few of that CPU's later sleepers at a time, the poster wakes
+    /// the rest and claims whatever they have not. See the module
     /// documentation.
     Local,
 }
@@ -220,26 +259,31 @@ pub const UNKNOWN_CPU: u32 = u32::MAX;
 /// [`SharingMode::Local`]: who wakes a delivered sleeper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// The poster, in its first batch: no leader is sent to the sleeper's
+    /// The poster, in its first batch: no board is kept for the sleeper's
     /// CPU, or it is the poster's own, or it comes before its CPU's leader
     /// (woken at once, as without sharing: it may hold what others wait
     /// for).
     Poster,
-    /// The poster, first of all: it holds a handle and wakes the later
-    /// sleepers of its CPU.
-    Leader,
-    /// Its CPU's leader, or the poster's last batch: on the board.
-    Led,
+    /// The poster, first of all: it holds a handle to its CPU's board
+    /// (`Spread::shares`, the index) and starts that CPU's wake-ups.
+    Leader(usize),
+    /// A sleeper after its CPU's leader: on its CPU's board, for the
+    /// leader, those the leader wakes, or the poster to take, and holding a
+    /// handle to it.
+    Led(usize),
 }
 
-/// [`SharingMode::Local`]: which delivery to a CPU gets the handle. A
-/// leader pays for its handle (a board that may not come back in time for
-/// the poster's next post, a walk of it), which only pays if it has others
-/// to wake: with the second as leader, sembench `-t 8 -w 4` on 2 CPUs (posts
-/// of up to 4, about two per CPU) fell from 1.18x-1.21x to 1.16x the
-/// kernel; with the third, it has a leader only on a CPU with at least
-/// three sleepers in the post.
+/// [`SharingMode::Local`]: which delivery to a CPU leads it. A board pays
+/// only if its CPU has others to wake (a board that may not come back in
+/// time for the poster's next post, a claim per helper): with the second as
+/// leader, sembench `-t 8 -w 4` on 2 CPUs (posts of up to 4, about two per
+/// CPU) fell from 1.18x-1.21x to 1.16x the kernel; with the third, a CPU
+/// has a leader only with at least three sleepers in the post.
 const LEADER_AT: u32 = 3;
+
+/// [`SharingMode::Local`]: the other CPUs a post keeps a board for, the
+/// first met; the sleepers of any further CPU are the poster's to wake.
+const SHARED_CPUS: usize = 8;
 
 /// The CPU the calling thread runs on, or [`UNKNOWN_CPU`]: for a sleeper
 /// about to sleep, where the kernel will most likely wake it.
@@ -259,7 +303,7 @@ pub fn this_cpu() -> u32 {
 }
 
 /// The CPU a sleeper about to sleep notes for its waker's
-/// [`Spread::push_on`]: [`this_cpu`] where posts keep their wake-ups on
+/// [`Spread::handle_on`]: [`this_cpu`] where posts keep their wake-ups on
 /// their CPU ([`SharingMode::Local`]), the only mode that reads it;
 /// [`UNKNOWN_CPU`] otherwise, without asking. A post made after the mode
 /// changed treats a sleeper of unknown CPU as the poster's to wake.
@@ -301,17 +345,28 @@ pub struct Board {
     refs: AtomicUsize,
     /// Entries written; only the poster writes it.
     len: AtomicUsize,
-    /// The next entry to claim: entries below it are someone's to wake
-    /// ([`SharingMode::Any`]).
+    /// The next entry to claim: entries below it are someone's to wake.
     next: AtomicUsize,
-    /// Claims are by entry, each word swapped out by whoever takes it
-    /// ([`SharingMode::Local`]). Written only while the poster owns the
-    /// board alone, read by helpers after their handle's delivery.
-    local: UnsafeCell<bool>,
-    words: [AtomicPtr<AtomicU32>; CAPACITY],
-    /// Per entry: the CPU its sleeper sleeps on ([`SharingMode::Local`]).
-    /// Written before the entry is published (`len`), read only after.
-    cpus: [UnsafeCell<u32>; CAPACITY],
+    /// Entries a helper claims at a time ([`HELPER_CHUNK`] or
+    /// [`LOCAL_HELPER_CHUNK`]). Stored while the poster owns the board
+    /// alone; a helper reads it after its handle's delivery.
+    helper_chunk: AtomicUsize,
+    /// Entries `0..FIRST`.
+    first: [AtomicPtr<AtomicU32>; FIRST],
+    /// Segment `k`: entries `FIRST << k` up to `FIRST << (k + 1)`, or null
+    /// until a post first reaches them. Stored by the poster before it
+    /// publishes an entry of the segment (`len`), read only after; freed
+    /// with the board.
+    more: [AtomicPtr<AtomicPtr<AtomicU32>>; MORE],
+}
+
+/// Where entry `i` (`FIRST` or later, below [`CAPACITY`]) lives: its
+/// segment of [`Board::more`] and its place there.
+fn segment_of(i: usize) -> (usize, usize) {
+    debug_assert!((FIRST..CAPACITY).contains(&i));
+    // Segment k starts at FIRST << k: the highest set bit of i / FIRST.
+    let k = (usize::BITS - 1 - (i / FIRST).leading_zeros()) as usize;
+    (k, i - (FIRST << k))
 }
 
 impl Board {
@@ -320,44 +375,61 @@ impl Board {
             refs: AtomicUsize::new(POSTER_BIAS),
             len: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
-            local: UnsafeCell::new(false),
-            words: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-            cpus: core::array::from_fn(|_| UnsafeCell::new(UNKNOWN_CPU)),
+            helper_chunk: AtomicUsize::new(HELPER_CHUNK),
+            first: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            more: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
         }
     }
 
-    /// [`SharingMode::Local`]: takes every entry nobody has taken whose CPU
-    /// `pick` accepts, each by swapping its word out, so that it is taken
-    /// once, and wakes them in one batched wake. Returns the system calls
-    /// made.
-    fn take_and_wake(
-        &self,
-        pick: impl Fn(u32) -> bool,
-        wake: impl FnOnce(&[*const AtomicU32]) -> usize,
-    ) -> usize {
-        let mut taken = Taken::<CAPACITY>::new();
-        // Pairs with the release store in `Spread::push_ptr_on`: entries
-        // below `len` are written, CPUs included.
-        let len = self.len.load(Ordering::Acquire);
-        for i in 0..len {
-            // A taken entry is passed over without a read-modify-write.
-            if self.words[i].load(Ordering::Relaxed).is_null() || !pick(self.cpu(i)) {
-                continue;
-            }
-            let word = self.words[i].swap(core::ptr::null_mut(), Ordering::Relaxed);
-            if !word.is_null() {
-                taken.push(word.cast_const());
-            }
+    /// Entry `i`, below an acquired `len` (or the poster's own).
+    fn entry(&self, i: usize) -> &AtomicPtr<AtomicU32> {
+        if i < FIRST {
+            return &self.first[i];
         }
-        taken.wake(wake)
+        let (k, at) = segment_of(i);
+        // Stored before `len` was released past `i`.
+        let segment = self.more[k].load(Ordering::Relaxed);
+        // SAFETY: segment `k` holds `FIRST << k` entries, `at` among them,
+        // and lives as long as the board.
+        unsafe { &*segment.add(at) }
+    }
+
+    /// Entry `i` (below [`CAPACITY`]), for the poster about to write it:
+    /// its segment allocated if no post reached it before.
+    fn entry_to_write(&self, i: usize) -> &AtomicPtr<AtomicU32> {
+        if i < FIRST {
+            return &self.first[i];
+        }
+        let (k, at) = segment_of(i);
+        let mut segment = self.more[k].load(Ordering::Relaxed);
+        if segment.is_null() {
+            let entries: Box<[AtomicPtr<AtomicU32>]> = (0..FIRST << k)
+                .map(|_| AtomicPtr::new(core::ptr::null_mut()))
+                .collect();
+            segment = Box::into_raw(entries).cast::<AtomicPtr<AtomicU32>>();
+            // Published with the entry, by the release store of `len` in
+            // `Spread::push_ptr`.
+            self.more[k].store(segment, Ordering::Relaxed);
+        }
+        // SAFETY: as in `entry`.
+        unsafe { &*segment.add(at) }
+    }
+
+    /// Writes entry `len` (below [`CAPACITY`]) and publishes it. Only the
+    /// poster calls it.
+    fn publish(&self, len: usize, word: *const AtomicU32) {
+        self.entry_to_write(len)
+            .store(word.cast_mut(), Ordering::Relaxed);
+        // Pairs with the acquire load in `Board::claim`.
+        self.len.store(len + 1, Ordering::Release);
     }
 
     /// Claims up to `most` entries not yet claimed. Empty when there are none.
     fn claim(&self, most: usize) -> Range<usize> {
         let mut next = self.next.load(Ordering::Relaxed);
         loop {
-            // Pairs with the release store in `Spread::push`: entries below
-            // `len` are written.
+            // Pairs with the release store in `Board::publish`: entries
+            // below `len` are written, and their segments stored.
             let len = self.len.load(Ordering::Acquire);
             if next >= len {
                 return next..next;
@@ -373,44 +445,27 @@ impl Board {
         }
     }
 
-    /// Entry `i`'s CPU; `i` is below an acquired `len`.
-    fn cpu(&self, i: usize) -> u32 {
-        // SAFETY: written before `len` was released past it, never while
-        // anyone but the poster can see the board.
-        self.cpus[i].with(|c| unsafe { *c })
-    }
-
-    /// Whether claims are by entry ([`SharingMode::Local`]).
-    fn is_local(&self) -> bool {
-        // SAFETY: written only while the poster owns the board alone; a
-        // helper reads it after its handle's delivery.
-        self.local.with(|l| unsafe { *l })
-    }
-
-    fn word(&self, i: usize) -> *const AtomicU32 {
-        self.words[i].load(Ordering::Relaxed).cast_const()
-    }
-
-    /// Wakes the entries `claimed` (at most [`MAX_CHUNK`]) in one batched
+    /// Wakes the entries `claimed` (at most [`BATCH`]) in one batched
     /// wake. Returns the system calls made.
     fn wake_claimed(
         &self,
         claimed: Range<usize>,
         wake: impl FnOnce(&[*const AtomicU32]) -> usize,
     ) -> usize {
-        let mut batch = Taken::<MAX_CHUNK>::new();
+        let mut batch = Taken::<BATCH>::new();
         for i in claimed {
-            batch.push(self.word(i));
+            batch.push(self.entry(i).load(Ordering::Relaxed).cast_const());
         }
         batch.wake(wake)
     }
 
-    /// Claims up to `chunk` entries at a time and wakes them, each chunk in
-    /// one batched wake, until none is left. Returns the system calls made.
+    /// Claims up to `chunk` entries at a time (at most [`BATCH`]) and wakes
+    /// them, each chunk in one batched wake, until none is left. Returns the
+    /// system calls made.
     fn drain(&self, chunk: usize, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let mut calls = 0;
         loop {
-            let claimed = self.claim(chunk.min(MAX_CHUNK));
+            let claimed = self.claim(chunk.clamp(1, BATCH));
             if claimed.is_empty() {
                 return calls;
             }
@@ -431,7 +486,8 @@ impl Board {
         self.refs.fetch_sub(settled, Ordering::AcqRel) == settled
     }
 
-    /// Makes a board the poster owns alone new again.
+    /// Makes a board the poster owns alone new again. Its segments stay:
+    /// a thread that posted to many sleepers once is likely to again.
     fn reset(&self) {
         self.len.store(0, Ordering::Relaxed);
         self.next.store(0, Ordering::Relaxed);
@@ -439,7 +495,21 @@ impl Board {
     }
 }
 
-/// Up to `N` words taken or claimed from a board, to wake in one batch.
+impl Drop for Board {
+    fn drop(&mut self) {
+        for (k, segment) in self.more.iter().enumerate() {
+            let segment = segment.load(Ordering::Relaxed);
+            if !segment.is_null() {
+                let entries = core::ptr::slice_from_raw_parts_mut(segment, FIRST << k);
+                // SAFETY: allocated in `entry_to_write` as a boxed slice of
+                // that length; the board's last owner drops it once.
+                drop(unsafe { Box::from_raw(entries) });
+            }
+        }
+    }
+}
+
+/// Up to `N` words claimed from a board, to wake in one batch.
 struct Taken<const N: usize> {
     words: [*const AtomicU32; N],
     len: usize,
@@ -525,29 +595,14 @@ impl Handle {
     /// [`help`](Self::help), with `wake` for the futex wake (loom's model
     /// records instead).
     unsafe fn help_with(self, wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
-        // SAFETY: passed on from our caller.
-        unsafe { self.help_on(this_cpu, wake) }
-    }
-
-    /// [`help_with`](Self::help_with) for a helper that runs on the CPU
-    /// `me` says (asked only on a [`SharingMode::Local`] board).
-    unsafe fn help_on(
-        self,
-        me: impl FnOnce() -> u32,
-        wake: impl FnMut(&[*const AtomicU32]) -> usize,
-    ) -> usize {
         let Some(board) = NonNull::new(self.0) else {
             return 0;
         };
         // SAFETY: our reference keeps the board alive until `drop_handle`.
         let b = unsafe { board.as_ref() };
-        let calls = if b.is_local() {
-            // This CPU's sleepers only: waking them here costs no IPI.
-            let me = me();
-            b.take_and_wake(|cpu| cpu == me, wake)
-        } else {
-            b.drain(HELPER_CHUNK, wake)
-        };
+        // Under `SharingMode::Local` every entry is of this sleeper's CPU:
+        // its wakes cost no IPI.
+        let calls = b.drain(b.helper_chunk.load(Ordering::Relaxed), wake);
         if b.drop_handle() {
             // SAFETY: the last reference; the board came from `Box::into_raw`.
             drop(unsafe { Box::from_raw(board.as_ptr()) });
@@ -579,34 +634,103 @@ pub struct Spread {
     /// How this post shares its wake-ups out ([`sharing_mode`]); if not at
     /// all, every word goes to `overflow` and is woken in one batch.
     mode: SharingMode,
-    board: Option<NonNull<Board>>,
-    /// Entries written to the board (the poster's copy of `len`).
-    len: usize,
-    /// Deliveries so far (the first gets no handle).
+    /// The post's boards: [`SharingMode::Any`], one, for every sleeper;
+    /// [`SharingMode::Local`], one per other CPU met (the first
+    /// [`SHARED_CPUS`]), counting its deliveries, whether or not it has
+    /// a board yet.
+    shares: [Share; SHARED_CPUS],
+    shares_len: usize,
+    /// Deliveries so far (under [`SharingMode::Any`], the first gets no
+    /// handle).
     deliveries: usize,
-    /// Handles given out.
-    handles: usize,
-    /// The last delivery got a handle: if its word is pushed next, its
-    /// sleeper can help.
-    handed: bool,
-    /// [`SharingMode::Local`]: who wakes the last delivery's sleeper.
+    /// Who wakes the last delivery's sleeper, if its word is pushed next.
     role: Role,
+    /// The last delivery got a handle: if its word is pushed next, its
+    /// sleeper can help ([`SharingMode::Any`]).
+    handed: bool,
     /// [`SharingMode::Local`]: leaders at the front of `overflow`.
     leaders: usize,
     /// [`SharingMode::Local`]: the CPU the poster runs on, read at its first
-    /// delivery ([`UNKNOWN_CPU`] before), and the deliveries so far to each
-    /// other CPU (the first [`MAX_CHUNK`] CPUs met).
+    /// delivery ([`UNKNOWN_CPU`] before).
     me: u32,
-    met: [(u32, u32); MAX_CHUNK],
-    met_len: usize,
     /// [`LEADER_AT`] (a model with fewer entries sets it lower; at least 2).
     leader_at: u32,
-    /// The board entry of the first word whose sleeper can help. The first
-    /// wake reaches it, with the words before it (the first delivery's,
-    /// which has no handle): woken alone, that one would help nobody.
+    /// [`SharingMode::Any`]: the board entry of the first word whose
+    /// sleeper can help. The first wake reaches it, with the words before
+    /// it (the first delivery's, which has no handle): woken alone, that
+    /// one would help nobody.
     first_helper: Option<usize>,
-    /// Words past the board's capacity, or every word when not sharing.
+    /// Words the poster wakes itself, in one batch: every word when not
+    /// sharing, [`Role::Poster`]'s and the leaders' under
+    /// [`SharingMode::Local`], and any past a board's capacity.
     overflow: Overflow,
+}
+
+/// One board of a post, and the poster's count of it.
+#[derive(Clone, Copy)]
+struct Share {
+    /// [`SharingMode::Local`]: the CPU whose sleepers it holds, and the
+    /// deliveries to it so far.
+    cpu: u32,
+    deliveries: u32,
+    board: Option<NonNull<Board>>,
+    /// Entries written (the poster's copy of the board's `len`).
+    len: usize,
+    /// Handles to the board given out; settled in `finish_board`.
+    handles: usize,
+}
+
+impl Share {
+    const fn new(cpu: u32) -> Self {
+        Share {
+            cpu,
+            deliveries: 0,
+            board: None,
+            len: 0,
+            handles: 0,
+        }
+    }
+
+    /// The board, taken from the thread's spare on first use, for helpers
+    /// that claim as `mode` says.
+    fn board(&mut self, mode: SharingMode) -> NonNull<Board> {
+        *self.board.get_or_insert_with(|| {
+            let board = spare::take();
+            let chunk = if mode == SharingMode::Local {
+                LOCAL_HELPER_CHUNK
+            } else {
+                HELPER_CHUNK
+            };
+            // SAFETY: a board just taken is the poster's alone; its handles,
+            // given out from here on, carry the store with the delivery.
+            unsafe { board.as_ref() }
+                .helper_chunk
+                .store(chunk, Ordering::Relaxed);
+            board
+        })
+    }
+
+    /// A handle to the board, for a delivery.
+    fn handle(&mut self, mode: SharingMode) -> Handle {
+        // Settled in `finish_board`: the bias covers it until then. The
+        // handle reaches its sleeper through the caller's release.
+        self.handles += 1;
+        Handle(self.board(mode).as_ptr())
+    }
+
+    /// Owes `word` a wake on the board; false, and nothing done, if it is
+    /// full.
+    fn push(&mut self, mode: SharingMode, word: *const AtomicU32) -> bool {
+        if self.len == CAPACITY {
+            return false;
+        }
+        let board = self.board(mode);
+        // SAFETY: we hold the poster's bias, so the board is alive; entry
+        // `len` is unpublished, so nobody else reads it.
+        unsafe { board.as_ref() }.publish(self.len, word);
+        self.len += 1;
+        true
+    }
 }
 
 /// Words woken in one batch by the poster itself, the first [`INLINE`] in
@@ -693,41 +817,22 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// An empty wake-up; its board is taken on the first delivery.
+    /// An empty wake-up; its boards are taken on the first deliveries that
+    /// need them.
     pub fn new() -> Self {
         Spread {
             mode: sharing_mode(),
-            board: None,
-            len: 0,
+            shares: [Share::new(UNKNOWN_CPU); SHARED_CPUS],
+            shares_len: 0,
             deliveries: 0,
-            handles: 0,
-            handed: false,
             role: Role::Poster,
+            handed: false,
             leaders: 0,
             me: UNKNOWN_CPU,
-            met: [(UNKNOWN_CPU, 0); MAX_CHUNK],
-            met_len: 0,
             leader_at: LEADER_AT,
             first_helper: None,
             overflow: Overflow::new(),
         }
-    }
-
-    fn shares(&self) -> bool {
-        self.mode != SharingMode::Off
-    }
-
-    fn board(&mut self) -> NonNull<Board> {
-        let local = self.mode == SharingMode::Local;
-        *self.board.get_or_insert_with(|| {
-            let board = spare::take();
-            // SAFETY: a board just taken is the poster's alone; its handles,
-            // given out from here on, carry the write with the delivery.
-            unsafe { board.as_ref() }
-                .local
-                .with_mut(|l| unsafe { *l = local });
-            board
-        })
     }
 
     /// A handle for the sleeper about to be delivered, which sleeps on a CPU
@@ -738,41 +843,45 @@ impl Spread {
 
     /// A handle for the sleeper about to be delivered, which sleeps on
     /// `cpu` (what [`sleeper_cpu`] said when it queued; [`UNKNOWN_CPU`] if
-    /// it did not say). Pass the same `cpu` to [`push_on`](Self::push_on) if its word
-    /// is owed a wake.
+    /// it did not say). If its word is owed a wake, [`push`](Self::push) it
+    /// next, before the next delivery.
     ///
     /// [`SharingMode::Any`]: every delivery gets one but the first, so a
     /// post that completes one sleeper costs nothing more; the sleepers
-    /// after it help. [`SharingMode::Local`]: only the third delivery to
-    /// each CPU other than the poster's gets one (`LEADER_AT`). Its
-    /// sleeper wakes the fourth and later of that CPU, which costs no IPI
-    /// there; the poster wakes it and the two before it at once, so that a
-    /// sleeper that holds what others wait for is not kept waiting for a
-    /// helper.
+    /// after it help. [`SharingMode::Local`]: the third delivery to each CPU
+    /// other than the poster's ([`LEADER_AT`]) and every later one get a
+    /// handle to that CPU's board, where the later ones' words go. The
+    /// poster wakes the third (the leader) and the two before it at once,
+    /// so that a sleeper that holds what others wait for is not kept
+    /// waiting for a helper; the leader, the sleepers it wakes and those
+    /// they wake claim the rest a few at a time, each a wake onto their own
+    /// CPU, which costs no IPI.
     pub fn handle_on(&mut self, cpu: u32) -> Handle {
         self.deliveries += 1;
-        self.handed = match self.mode {
-            SharingMode::Off => false,
-            SharingMode::Any => self.deliveries > 1,
-            SharingMode::Local => {
-                self.role = self.role_on(cpu);
-                self.role == Role::Leader
-            }
+        self.role = match self.mode {
+            SharingMode::Off => Role::Poster,
+            SharingMode::Any => Role::Led(0),
+            SharingMode::Local => self.role_on(cpu),
         };
-        if !self.handed {
-            return Handle::NONE;
+        let share = match self.role {
+            Role::Poster => None,
+            Role::Led(i) | Role::Leader(i) => Some(i),
+        };
+        self.handed = share.is_some() && (self.mode != SharingMode::Any || self.deliveries > 1);
+        match share {
+            Some(i) if self.handed => {
+                self.shares_len = self.shares_len.max(i + 1);
+                self.shares[i].handle(self.mode)
+            }
+            _ => Handle::NONE,
         }
-        // Settled in `finish`: the bias covers it until then. The handle
-        // reaches its sleeper through the caller's release.
-        self.handles += 1;
-        Handle(self.board().as_ptr())
     }
 
     /// [`SharingMode::Local`]: counts a delivery to `cpu` and says who
-    /// wakes it: its leader if it comes after the [`LEADER_AT`]th to a CPU
-    /// other than the poster's, which leads; the poster for the others (the
-    /// poster's own CPU, an unknown one, those past the [`MAX_CHUNK`] CPUs
-    /// counted).
+    /// wakes it: its CPU's board if it comes after the [`LEADER_AT`]th to a
+    /// CPU other than the poster's, which leads; the poster for the others
+    /// (the poster's own CPU, an unknown one, those past the
+    /// [`SHARED_CPUS`] CPUs counted).
     fn role_on(&mut self, cpu: u32) -> Role {
         if self.me == UNKNOWN_CPU {
             self.me = this_cpu();
@@ -780,20 +889,21 @@ impl Spread {
         if cpu == UNKNOWN_CPU || cpu == self.me {
             return Role::Poster;
         }
-        let met = &mut self.met[..self.met_len];
-        if let Some((_, n)) = met.iter_mut().find(|(c, _)| *c == cpu) {
-            *n += 1;
-            return match (*n).cmp(&self.leader_at) {
-                core::cmp::Ordering::Less => Role::Poster,
-                core::cmp::Ordering::Equal => Role::Leader,
-                core::cmp::Ordering::Greater => Role::Led,
-            };
+        let met = &mut self.shares[..self.shares_len];
+        let Some(i) = met.iter().position(|s| s.cpu == cpu) else {
+            if self.shares_len < SHARED_CPUS {
+                self.shares[self.shares_len] = Share::new(cpu);
+                self.shares[self.shares_len].deliveries = 1;
+                self.shares_len += 1;
+            }
+            return Role::Poster;
+        };
+        met[i].deliveries += 1;
+        match met[i].deliveries.cmp(&self.leader_at) {
+            core::cmp::Ordering::Less => Role::Poster,
+            core::cmp::Ordering::Equal => Role::Leader(i),
+            core::cmp::Ordering::Greater => Role::Led(i),
         }
-        if self.met_len < MAX_CHUNK {
-            self.met[self.met_len] = (cpu, 1);
-            self.met_len += 1;
-        }
-        Role::Poster
     }
 
     /// Owes `word` a wake. The word is a futex key only: it may be gone by
@@ -802,58 +912,39 @@ impl Spread {
         self.push_ptr(word);
     }
 
+    /// [`push`](Self::push) by address.
     pub(crate) fn push_ptr(&mut self, word: *const AtomicU32) {
-        self.push_ptr_on(word, UNKNOWN_CPU);
-    }
-
-    /// Owes `word` a wake, for a sleeper that sleeps on `cpu` (what
-    /// [`sleeper_cpu`] said before it slept; [`UNKNOWN_CPU`] if it did not
-    /// say). The word is a futex key only, as for [`push`](Self::push).
-    pub fn push_on(&mut self, word: &AtomicU32, cpu: u32) {
-        self.push_ptr_on(word, cpu);
-    }
-
-    pub(crate) fn push_ptr_on(&mut self, word: *const AtomicU32, cpu: u32) {
         let helps = core::mem::take(&mut self.handed);
         let role = core::mem::replace(&mut self.role, Role::Poster);
-        if helps && self.first_helper.is_none() {
-            self.first_helper = Some(self.len);
-        }
-        if self.mode == SharingMode::Local {
-            // Only the words a leader may take go on the board; the poster
-            // wakes the others, leaders first, in one batch of its own.
-            match role {
-                Role::Leader => {
-                    self.overflow.insert(self.leaders, word);
-                    self.leaders += 1;
-                    return;
-                }
-                Role::Poster => {
-                    self.overflow.push(word);
-                    return;
-                }
-                Role::Led => {}
+        let share = match (self.mode, role) {
+            // A word pushed without a delivery before it is on the board
+            // too: whoever claims it wakes it.
+            (SharingMode::Any, _) => 0,
+            (SharingMode::Local, Role::Led(i)) => i,
+            (SharingMode::Local, Role::Leader(_)) => {
+                // The poster wakes leaders first of all.
+                self.overflow.insert(self.leaders, word);
+                self.leaders += 1;
+                return;
             }
-        }
-        if self.len == CAPACITY || !self.shares() {
+            _ => {
+                self.overflow.push(word);
+                return;
+            }
+        };
+        self.shares_len = self.shares_len.max(share + 1);
+        let at = self.shares[share].len;
+        if !self.shares[share].push(self.mode, word) {
             self.overflow.push(word);
-            return;
+        } else if helps && self.mode == SharingMode::Any && self.first_helper.is_none() {
+            self.first_helper = Some(at);
         }
-        let board = self.board();
-        // SAFETY: we hold the poster's bias, so the board is alive.
-        let b = unsafe { board.as_ref() };
-        // SAFETY: entry `len` is unpublished: nobody else reads it until
-        // the release store of `len` below.
-        b.cpus[self.len].with_mut(|c| unsafe { *c = cpu });
-        b.words[self.len].store(word.cast_mut(), Ordering::Relaxed);
-        self.len += 1;
-        // Pairs with the acquire load in `Board::claim`.
-        b.len.store(self.len, Ordering::Release);
     }
 
     /// Words owed a wake.
     pub fn len(&self) -> usize {
-        self.len + self.overflow.len()
+        let on_boards: usize = self.shares[..self.shares_len].iter().map(|s| s.len).sum();
+        on_boards + self.overflow.len()
     }
 
     /// Whether no word is owed a wake.
@@ -873,66 +964,65 @@ impl Spread {
     fn finish(&mut self, mut wake: impl FnMut(&[*const AtomicU32]) -> usize) -> usize {
         let mut calls = 0;
         // Local: the poster's own batch first, leaders at its front, then
-        // what the leaders have not taken from the board; otherwise the
+        // what the helpers have not claimed from each board; otherwise the
         // board, then the words past its capacity.
         if self.mode == SharingMode::Local {
             calls += self.overflow.wake_and_clear(&mut wake);
         }
-        if let Some(board) = self.board.take() {
-            calls += self.finish_board(board, &mut wake);
+        for i in 0..self.shares_len {
+            calls += self.finish_board(i, &mut wake);
         }
         calls += self.overflow.wake_and_clear(&mut wake);
-        self.len = 0;
+        self.shares_len = 0;
         self.deliveries = 0;
-        self.handles = 0;
-        self.handed = false;
         self.role = Role::Poster;
+        self.handed = false;
         self.leaders = 0;
         self.me = UNKNOWN_CPU;
-        self.met_len = 0;
         self.first_helper = None;
         calls
     }
 
-    /// [`finish`](Self::finish)'s part for the board. Out of line, as
+    /// [`finish`](Self::finish)'s part for board `i`. Out of line, as
     /// [`Handle::help_board`] is: a post without sharing should not carry
-    /// the batches this keeps on the stack.
+    /// the batch this keeps on the stack.
     #[inline(never)]
     fn finish_board(
         &mut self,
-        board: NonNull<Board>,
+        i: usize,
         mut wake: impl FnMut(&[*const AtomicU32]) -> usize,
     ) -> usize {
+        let share = core::mem::replace(&mut self.shares[i], Share::new(UNKNOWN_CPU));
+        let Some(board) = share.board else {
+            return 0;
+        };
         let mut calls = 0;
         // SAFETY: we hold the poster's bias until `drop_bias`.
         let b = unsafe { board.as_ref() };
-        if self.handles == 0 {
-            // Nobody else has the board: wake what it holds in one batch,
-            // without claiming, and keep it.
-            let mut all = Taken::<CAPACITY>::new();
-            for i in 0..self.len {
-                all.push(b.word(i));
-            }
-            calls += all.wake(&mut wake);
+        if share.handles == 0 {
+            // Nobody else has the board: wake what it holds, in as few
+            // batches as the frame allows, and keep it.
+            calls += b.drain(BATCH, &mut wake);
             b.reset();
             spare::put(board);
-        } else if self.mode == SharingMode::Local {
-            // The poster's batch is gone: take what the leaders have
-            // not, so that nothing waits for a leader the scheduler has
-            // not run.
-            calls += b.take_and_wake(|_| true, &mut wake);
-        } else {
+            return calls;
+        }
+        if self.mode == SharingMode::Any {
             // The first helper's word first, with only the words before
             // it, so that its sleeper starts helping while the poster
-            // goes on; then a few at a time, in one batched wake.
-            let most = self.first_helper.map_or(1, |i| (i + 1).min(MAX_CHUNK));
+            // goes on. (Under `Local` the poster's own batch woke the
+            // leader.)
+            let most = self.first_helper.map_or(1, |f| (f + 1).min(POSTER_CHUNK));
             let first = b.claim(most);
             if !first.is_empty() {
                 calls += b.wake_claimed(first, &mut wake);
             }
-            calls += b.drain(POSTER_CHUNK, &mut wake);
         }
-        if self.handles != 0 && b.drop_bias(self.handles) {
+        // Then a few at a time, in one batched wake each, until the
+        // helpers and the poster have claimed everything: nothing waits
+        // for a helper the scheduler has not run.
+        calls += b.drain(POSTER_CHUNK, &mut wake);
+        if b.drop_bias(share.handles) {
             b.reset();
             spare::put(board);
         }
@@ -942,14 +1032,14 @@ impl Spread {
 
 impl Drop for Spread {
     fn drop(&mut self) {
-        if self.board.is_some() || !self.overflow.is_empty() {
+        if self.shares_len != 0 || !self.overflow.is_empty() {
             // SAFETY: as in `wake`.
             self.finish(|words| unsafe { super::wake_all(words) });
         }
     }
 }
 
-/// A thread's spare board, so that a post whose board came back allocates
+/// A thread's spare boards, so that a post whose boards came back allocates
 /// nothing. Under loom every post allocates its own.
 #[cfg(not(loom))]
 mod spare {
@@ -957,36 +1047,43 @@ mod spare {
     use core::cell::Cell;
     use core::ptr::NonNull;
 
-    struct Spare(Cell<Option<NonNull<Board>>>);
+    /// Boards a thread keeps: one per post under `SharingMode::Any`, one per
+    /// other CPU with a leader under `SharingMode::Local`, where the default
+    /// is for 2 or 3 CPUs.
+    const KEPT: usize = 2;
+
+    struct Spare([Cell<Option<NonNull<Board>>>; KEPT]);
 
     impl Drop for Spare {
         fn drop(&mut self) {
-            if let Some(board) = self.0.take() {
-                // SAFETY: a spare board is owned by its thread alone.
-                drop(unsafe { Box::from_raw(board.as_ptr()) });
+            for kept in &self.0 {
+                if let Some(board) = kept.take() {
+                    // SAFETY: a spare board is owned by its thread alone.
+                    drop(unsafe { Box::from_raw(board.as_ptr()) });
+                }
             }
         }
     }
 
     std::thread_local! {
-        static SPARE: Spare = const { Spare(Cell::new(None)) };
+        static SPARE: Spare = const { Spare([const { Cell::new(None) }; KEPT]) };
     }
 
     pub(super) fn take() -> NonNull<Board> {
         SPARE
-            .try_with(|s| s.0.take())
+            .try_with(|s| s.0.iter().find_map(Cell::take))
             .ok()
             .flatten()
             .unwrap_or_else(|| NonNull::from(Box::leak(Box::new(Board::new()))))
     }
 
     pub(super) fn put(board: NonNull<Board>) {
-        let kept = SPARE.try_with(|s| match s.0.get() {
-            None => {
-                s.0.set(Some(board));
+        let kept = SPARE.try_with(|s| match s.0.iter().find(|c| c.get().is_none()) {
+            Some(free) => {
+                free.set(Some(board));
                 true
             }
-            Some(_) => false,
+            None => false,
         });
         if kept != Ok(true) {
             // SAFETY: the poster owns the board alone (see `drop_bias`).
@@ -1099,18 +1196,19 @@ mod tests {
     }
 }
 
-/// The model of [`SharingMode::Local`]: a poster on CPU 0 delivers three
+/// The model of [`SharingMode::Local`]: a poster on CPU 0 delivers four
 /// sleepers of CPU 1 and pushes each word right after its delivery; the
-/// second gets the handle (the board holds three entries under loom, so
-/// the leader comes one delivery early) and, once it sees its result, wakes
-/// what it can take on CPU 1 while the poster may still be delivering.
-/// Every word must be woken exactly once, whatever the interleaving.
+/// second leads (a model's posts are small, so the leader comes one
+/// delivery early) and, once it sees its result, claims from CPU 1's board
+/// while the poster may still be delivering and then draining it; the
+/// last two, on the board, help after the poster is done. Every word must
+/// be woken exactly once, whatever the interleaving.
 #[cfg(all(test, loom))]
 mod local_model {
     use super::*;
     use loom::sync::{Arc, Notify};
 
-    const SLEEPERS: usize = 3;
+    const SLEEPERS: usize = 4;
     const LEADER: usize = 1;
 
     #[test]
@@ -1127,7 +1225,6 @@ mod local_model {
                     Arc::clone(&delivered),
                 );
                 loom::thread::spawn(move || {
-                    model_cpu(1);
                     // Pairs with the poster's release "delivery" below.
                     while words[LEADER].load(Ordering::Acquire) == 0 {
                         delivered.wait();
@@ -1149,24 +1246,33 @@ mod local_model {
             let mut spread = Spread::new();
             spread.mode = SharingMode::Local;
             spread.leader_at = 2;
+            let mut led = Vec::new();
             for k in 0..SLEEPERS {
                 let h = spread.handle_on(1);
-                assert_eq!(h != Handle::NONE, k == LEADER);
+                assert_eq!(h != Handle::NONE, k >= LEADER);
                 if k == LEADER {
                     handle.store(h.into_raw(), Ordering::Relaxed);
+                } else if k > LEADER {
+                    led.push(h);
                 }
                 // The delivery: the result, released with the handle.
                 words[k].store(1, Ordering::Release);
                 if k == LEADER {
                     delivered.notify();
                 }
-                spread.push_on(&words[k], 1);
+                spread.push_ptr(&words[k]);
             }
             let mut woken = Vec::new();
-            spread.finish(|ws| {
+            let mut record = |ws: &[*const AtomicU32]| {
                 woken.extend(ws.iter().map(|&w| index(&words[..], w)));
                 ws.len()
-            });
+            };
+            spread.finish(&mut record);
+            // The led sleepers help late, finding what is left, if anything.
+            for h in led {
+                // SAFETY: each handle used once.
+                unsafe { h.help_with(&mut record) };
+            }
             woken.extend(leader.join().unwrap());
             woken.sort_unstable();
             assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
@@ -1337,9 +1443,17 @@ mod tests {
     fn deliver(spread: &mut Spread, word: &AtomicU32, cpu: u32, parked: bool) -> Handle {
         let handle = spread.handle_on(cpu);
         if parked {
-            spread.push_on(word, cpu);
+            spread.push(word);
         }
         handle
+    }
+
+    /// Each handle helps once, waking nothing: the poster took everything.
+    fn help_late(handles: impl IntoIterator<Item = Handle>) {
+        for h in handles {
+            // SAFETY: each handle used once.
+            assert_eq!(unsafe { h.help_with(|ws| ws.len()) }, 0);
+        }
     }
 
     /// Runs `finish`, returning the batches as indices into `words`.
@@ -1374,17 +1488,20 @@ mod tests {
             .map(|(w, cpu)| deliver(&mut spread, w, cpu, true))
             .collect();
         let handed: Vec<usize> = (0..9).filter(|&k| handles[k] != Handle::NONE).collect();
-        assert_eq!(handed, [2], "only CPU 1's third sleeper leads");
+        assert_eq!(
+            handed,
+            [2, 3, 4],
+            "CPU 1's third sleeper leads, and those after it help"
+        );
         // The leader first, then the two sleepers of its CPU before it and
-        // everyone no leader is sent to; CPU 1's fourth and fifth are the
-        // leader's, and the poster takes them only once it has woken the
+        // everyone no leader is sent to; CPU 1's fourth and fifth are on
+        // its board, and the poster claims them only once it has woken the
         // rest.
         assert_eq!(
             batches(&mut spread, &words),
             [vec![2, 0, 1, 5, 6, 7, 8], vec![3, 4]]
         );
-        // SAFETY: the handle used once; the poster took everything.
-        assert_eq!(unsafe { handles[2].help_on(|| 1, |ws| ws.len()) }, 0);
+        help_late(handles);
     }
 
     #[test]
@@ -1397,8 +1514,10 @@ mod tests {
         deliver(&mut spread, &words[0], 1, true);
         deliver(&mut spread, &words[1], 1, true);
         let leader = deliver(&mut spread, &words[2], 1, false);
-        deliver(&mut spread, &words[3], 1, true);
-        deliver(&mut spread, &words[4], 1, true);
+        let led = [
+            deliver(&mut spread, &words[3], 1, true),
+            deliver(&mut spread, &words[4], 1, true),
+        ];
         for word in &words[5..7] {
             assert_eq!(deliver(&mut spread, word, 2, true), Handle::NONE);
         }
@@ -1410,13 +1529,10 @@ mod tests {
         // SAFETY: each handle used once.
         assert_eq!(
             unsafe {
-                leader.help_on(
-                    || 1,
-                    |ws| {
-                        woken.extend(ws.iter().map(|&w| index(&words, w)));
-                        1
-                    },
-                )
+                leader.help_with(|ws| {
+                    woken.extend(ws.iter().map(|&w| index(&words, w)));
+                    1
+                })
             },
             1
         );
@@ -1425,8 +1541,7 @@ mod tests {
         // The poster wakes CPU 2's leader first, then CPU 1's first two and
         // the two before CPU 2's leader; nothing is left on the board.
         assert_eq!(batches(&mut spread, &words), [vec![7, 0, 1, 5, 6]]);
-        // SAFETY: as above.
-        assert_eq!(unsafe { other_leader.help_on(|| 2, |ws| ws.len()) }, 0);
+        help_late(led.into_iter().chain([other_leader]));
     }
 
     #[test]
@@ -1444,21 +1559,22 @@ mod tests {
         // The board went back to the thread's spare, ready for the next post.
         let words: [AtomicU32; 4] = Default::default();
         spread.me = 0;
-        for w in &words {
-            deliver(&mut spread, w, 1, true);
-        }
+        let handles: Vec<Handle> = words
+            .iter()
+            .map(|w| deliver(&mut spread, w, 1, true))
+            .collect();
         assert_eq!(batches(&mut spread, &words), [vec![2, 0, 1], vec![3]]);
+        help_late(handles);
     }
 
     #[test]
     fn a_local_post_past_the_boards_capacity_wakes_every_word_once() {
-        let words: Vec<AtomicU32> = (0..CAPACITY + 5).map(|_| AtomicU32::new(0)).collect();
+        let words: Vec<AtomicU32> = (0..CAPACITY + 8).map(|_| AtomicU32::new(0)).collect();
         let mut spread = spread(SharingMode::Local);
         spread.me = 0;
         let handles: Vec<Handle> = words
             .iter()
-            .enumerate()
-            .map(|(k, w)| deliver(&mut spread, w, (k % 3) as u32, true))
+            .map(|w| deliver(&mut spread, w, 1, true))
             .collect();
         let mut woken = vec![0; words.len()];
         let mut record = |ws: &[*const AtomicU32]| {
@@ -1467,16 +1583,52 @@ mod tests {
             }
             1
         };
-        // CPU 2's leader helps first; CPU 1's after the poster.
-        let leaders: Vec<usize> = (0..words.len())
-            .filter(|&k| handles[k] != Handle::NONE)
-            .collect();
-        assert_eq!(leaders, [7, 8]);
-        // SAFETY: each handle used once.
-        unsafe { handles[8].help_on(|| 2, &mut record) };
-        spread.finish(&mut record);
-        // SAFETY: as above.
-        unsafe { handles[7].help_on(|| 1, &mut record) };
-        assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
+        // The leader and a few of CPU 1's board help before the poster is
+        // done, the rest after.
+        let early = LEADER_AT as usize + 3;
+        for (k, h) in handles.into_iter().enumerate() {
+            if k == early {
+                spread.finish(&mut record);
+            }
+            // SAFETY: each handle used once.
+            unsafe { h.help_with(&mut record) };
+        }
+        assert!(woken.iter().all(|&n| n == 1));
+    }
+
+    #[test]
+    fn a_boards_segments_double_and_cover_its_capacity_once() {
+        let mut expect = (0, 0);
+        for i in FIRST..CAPACITY {
+            assert_eq!(segment_of(i), expect, "entry {i}");
+            expect.1 += 1;
+            if expect.1 == FIRST << expect.0 {
+                expect = (expect.0 + 1, 0);
+            }
+        }
+        assert_eq!(expect, (MORE, 0), "the last segment ends at the capacity");
+    }
+
+    #[test]
+    fn a_board_keeps_its_segments_for_the_next_post() {
+        let words: Vec<AtomicU32> = (0..4 * FIRST).map(|_| AtomicU32::new(0)).collect();
+        for _ in 0..2 {
+            // Nobody gets a handle: the board comes back, segments and all.
+            let mut spread = spread(SharingMode::Any);
+            for w in &words {
+                spread.push(w);
+            }
+            let mut woken = vec![0; words.len()];
+            let calls = spread.finish(|ws| {
+                ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
+                1
+            });
+            assert_eq!(
+                calls,
+                words.len().div_ceil(BATCH),
+                "batches as large as a frame holds"
+            );
+            assert!(woken.iter().all(|&n| n == 1));
+        }
     }
 }

@@ -478,7 +478,7 @@ impl Wakeups {
         if word.swap(status, Ordering::Release) == PARKED {
             // Only a key for FUTEX_WAKE from here on: the node may be gone,
             // and a wake of whatever lives there then is spurious.
-            self.spread.push_ptr_on(word_ptr, cpu);
+            self.spread.push_ptr(word_ptr);
         }
     }
 

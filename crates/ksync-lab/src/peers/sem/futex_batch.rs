@@ -196,7 +196,7 @@ impl FutexBatch {
             word.posts.fetch_add(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if word.sleepers.load(Ordering::Relaxed) != 0 {
-                spread.push_on(&word.posts, cpu);
+                spread.push(&word.posts);
             }
         }
         if !spread.is_empty() {
