@@ -217,10 +217,16 @@ pub fn sharing() -> bool {
 /// How posts share their wake-ups out: as [`set_sharing_mode`] last said,
 /// else as `KSYNC_WAKE_SHARING` says (`0` off, `local`
 /// [`SharingMode::Local`], any other non-empty value
-/// [`SharingMode::Any`]), else by the CPUs this process may run on:
-/// [`SharingMode::Any`] with 4 or more, [`SharingMode::Local`] with 2 or
-/// 3, off with one. Under loom always [`SharingMode::Any`], so that the
-/// models check the helpers.
+/// [`SharingMode::Any`]), else by the CPUs this process could run on when
+/// it started: [`SharingMode::Any`] with 4 or more, [`SharingMode::Local`]
+/// with 2 or 3, off with one. Under loom always [`SharingMode::Any`], so
+/// that the models check the helpers.
+///
+/// The CPUs are the process's, not the calling thread's: a program that
+/// binds each thread to a CPU of its own still runs on all of them. (Asked
+/// by the first thread to post or sleep, the default once depended on that
+/// thread: `ksync-lab wake` binds its sleepers to one CPU, and the first of
+/// them turned sharing off for the whole run.)
 pub fn sharing_mode() -> SharingMode {
     if cfg!(loom) {
         return SharingMode::Any;
@@ -231,7 +237,7 @@ pub fn sharing_mode() -> SharingMode {
             Ok("0") => SharingMode::Off,
             Ok("local") => SharingMode::Local,
             Ok(v) if !v.is_empty() => SharingMode::Any,
-            _ => match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            _ => match process_cpus() {
                 n if n >= SHARING_MIN_CPUS => SharingMode::Any,
                 2.. => SharingMode::Local,
                 _ => SharingMode::Off,
@@ -251,6 +257,45 @@ pub fn sharing_mode() -> SharingMode {
         SHARING_LOCAL => SharingMode::Local,
         _ => SharingMode::Any,
     }
+}
+
+/// The CPUs this process could run on when it started (see
+/// [`sharing_mode`]), noted before `main`; else, in a program that loaded
+/// the library later, the calling thread's.
+fn process_cpus() -> usize {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        let noted = start::CPUS.load(Ordering::Relaxed);
+        if noted != 0 {
+            return noted;
+        }
+    }
+    available_cpus()
+}
+
+/// The CPUs the calling thread may run on, within the process's CPU quota.
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Notes the CPUs this process may run on as it starts, from the loader's
+/// list of initialisers (`.init_array`, which the loader runs before `main`,
+/// and as a shared library is loaded), on the thread that starts it, before
+/// the program can bind any thread to fewer.
+#[cfg(all(not(loom), target_os = "linux"))]
+mod start {
+    use std::sync::atomic::AtomicUsize;
+
+    /// 0 until noted.
+    pub(super) static CPUS: AtomicUsize = AtomicUsize::new(0);
+
+    extern "C" fn note_cpus() {
+        CPUS.store(super::available_cpus(), super::Ordering::Relaxed);
+    }
+
+    #[used]
+    #[link_section = ".init_array"]
+    static NOTE_CPUS: extern "C" fn() = note_cpus;
 }
 
 /// A CPU nobody runs on: the sleeper did not say where it sleeps.
