@@ -11,6 +11,7 @@ use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
+use crate::peers::sem::wake_sharing_name;
 use crate::workloads::sembench::{Config, Outcome, Sembench};
 use std::time::Duration;
 
@@ -262,7 +263,7 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         config.main_cpu.map_or("none".into(), |c| c.to_string()),
     )
     .param("pause_s", config.pause.as_secs_f64())
-    .param("wake_sharing", sharing_name())
+    .param("wake_sharing", wake_sharing_name())
     .metric("burns_per_s", o.burns_per_sec())
     .metric("ops_per_s", o.burns_per_sec())
     .metric("worker_burns", o.total() as f64)
@@ -482,24 +483,14 @@ fn breakdown(points: &[Measured]) -> Table {
          the backend's own counters; sysv keeps none (its sleeps and wakes happen inside one \
          semtimedop per burn and its share of the poster's calls). Wake-ups shared out among \
          the woken (ksync-sem and futex-batch; KSYNC_WAKE_SHARING=0|1|local, by default \
-         `any` with 4 or more CPUs, `local` with 2 or 3: a leader woken on each CPU wakes \
+         `any` with 4 or more CPUs, `local` with 2 or 3: the woken on each CPU wake \
          the others there): {} in this run; wake calls then include the woken's. \
          main on cpu: the posting main thread's CPU time over the run's; it never sleeps, so \
          below 1 it waited for a CPU (the main thread is not bound; the workers bound to the \
          CPU it runs on take their turns), and a poster that waits posts less.",
-        sharing_name()
+        wake_sharing_name()
     ));
     table
-}
-
-/// How posts share their wake-ups out in this run, as the tables name it.
-fn sharing_name() -> &'static str {
-    use ksync::futex_batch::SharingMode;
-    match ksync::futex_batch::sharing_mode() {
-        SharingMode::Off => "off",
-        SharingMode::Any => "any",
-        SharingMode::Local => "local",
-    }
 }
 
 /// `ksync-lab sembench`: each backend's sembench lines, then a comparison

@@ -21,7 +21,7 @@ use crate::output::record::{median, Measured, Record};
 use crate::output::table::Table;
 use crate::peers::names::{self, Named};
 use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
-use crate::peers::sem::SetCounters;
+use crate::peers::sem::{wake_sharing_name, SetCounters};
 use crate::workloads::wake::bulk::{placement, BulkOutcome, BulkWake, Placement, Waker};
 use crate::workloads::wake::deep::{DeepList, DeepOutcome, Post, HEAD_WANTS};
 use crate::workloads::wake::MAX_SLEEPERS;
@@ -241,6 +241,7 @@ fn bulk_record(o: &BulkOutcome, b: &SemEntry, place: Option<Placement>) -> Recor
     .param("waker", o.waker.name())
     .param("calls", o.waker.calls(o.sleepers))
     .param("rounds", o.rounds.len())
+    .param("wake_sharing", wake_sharing_name())
     .param(
         "placement",
         place.map_or("unbound".into(), |p| {
@@ -507,6 +508,12 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
         for line in scaling {
             table.note(line);
         }
+        table.note(format!(
+            "ksync-sem and {FLOOR} share a post's wake-ups out among the woken \
+             (KSYNC_WAKE_SHARING=0|1|local; by default `any` with 4 or more CPUs, `local` \
+             with 2 or 3, counted as the process starts): {} in this run.",
+            wake_sharing_name()
+        ));
         if bulk_pairs.iter().any(|(_, b)| b.name == FLOOR) {
             table.note(format!(
                 "{FLOOR}: the floor for a design that gives each sleeper its own futex word \

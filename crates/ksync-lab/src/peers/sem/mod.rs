@@ -19,6 +19,18 @@ use std::fmt;
 
 mod futex;
 mod futex_batch;
+
+/// How ksync's sets and the `futex-batch` floor share a post's wake-ups
+/// out among the woken in this run (`ksync::futex_batch::sharing_mode`),
+/// as the tables name it.
+pub fn wake_sharing_name() -> &'static str {
+    use ksync::futex_batch::SharingMode;
+    match ksync::futex_batch::sharing_mode() {
+        SharingMode::Off => "off",
+        SharingMode::Any => "any",
+        SharingMode::Local => "local",
+    }
+}
 mod ksync_sem;
 mod ksync_shared;
 mod posix;
