@@ -645,8 +645,9 @@ impl Handle {
         };
         // SAFETY: our reference keeps the board alive until `drop_handle`.
         let b = unsafe { board.as_ref() };
-        // Under `SharingMode::Local` every entry is of this sleeper's CPU:
-        // its wakes cost no IPI.
+        // Under `SharingMode::Local` every entry sleeps on this sleeper's
+        // CPU (unless the scheduler has moved it since): its wakes cost no
+        // IPI.
         let calls = b.drain(b.helper_chunk.load(Ordering::Relaxed), wake);
         if b.drop_handle() {
             // SAFETY: the last reference; the board came from `Box::into_raw`.
@@ -1657,23 +1658,42 @@ mod tests {
     #[test]
     fn a_board_keeps_its_segments_for_the_next_post() {
         let words: Vec<AtomicU32> = (0..4 * FIRST).map(|_| AtomicU32::new(0)).collect();
-        for _ in 0..2 {
-            // Nobody gets a handle: the board comes back, segments and all.
-            let mut spread = spread(SharingMode::Any);
-            for w in &words {
-                spread.push(w);
+        // A thread of its own, so that its spare boards are this test's.
+        std::thread::spawn(move || {
+            let mut segments = Vec::new();
+            for _ in 0..2 {
+                // Nobody gets a handle: the board comes back, segments and all.
+                let mut spread = spread(SharingMode::Any);
+                for w in &words {
+                    spread.push(w);
+                }
+                let mut woken = vec![0; words.len()];
+                let calls = spread.finish(|ws| {
+                    ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
+                    1
+                });
+                assert_eq!(
+                    calls,
+                    words.len().div_ceil(BATCH),
+                    "batches as large as a frame holds"
+                );
+                assert!(woken.iter().all(|&n| n == 1));
+                let board = spare::take();
+                // SAFETY: a spare board is this thread's alone.
+                let more = unsafe { board.as_ref() }
+                    .more
+                    .iter()
+                    .map(|m| m.load(Ordering::Relaxed))
+                    .collect::<Vec<_>>();
+                spare::put(board);
+                segments.push(more);
             }
-            let mut woken = vec![0; words.len()];
-            let calls = spread.finish(|ws| {
-                ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
-                1
-            });
-            assert_eq!(
-                calls,
-                words.len().div_ceil(BATCH),
-                "batches as large as a frame holds"
-            );
-            assert!(woken.iter().all(|&n| n == 1));
-        }
+            // Entries up to 4 * FIRST: segments 0 and 1, allocated once.
+            assert!(segments[0][..2].iter().all(|m| !m.is_null()));
+            assert!(segments[0][2..].iter().all(|m| m.is_null()));
+            assert_eq!(segments[0], segments[1], "the second post reused them");
+        })
+        .join()
+        .unwrap();
     }
 }
