@@ -895,7 +895,7 @@ impl Spread {
     /// [`SharingMode::Any`]: every delivery gets one but the first, so a
     /// post that completes one sleeper costs nothing more; the sleepers
     /// after it help. [`SharingMode::Local`]: the third delivery to each CPU
-    /// other than the poster's ([`LEADER_AT`]) and every later one get a
+    /// other than the poster's (`LEADER_AT`) and every later one get a
     /// handle to that CPU's board, where the later ones' words go. The
     /// poster wakes the third (the leader) and the two before it at once,
     /// so that a sleeper that holds what others wait for is not kept
