@@ -1,4 +1,4 @@
-//! `rwsem`: the reader-writer mixes of David Howells' "[PATCH]
+//! `rwsem`: the reader-writer mixes of David Howells' "\[PATCH\]
 //! rw_semaphores, optimisations" thread (LKML, April 2001), in which Andrea
 //! Arcangeli compared rwsem designs: reads and writes taken in a fixed
 //! time, per mix and lock (the mixes: `workloads::rw_mix`).

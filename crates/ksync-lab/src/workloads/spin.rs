@@ -287,7 +287,7 @@ fn spin_on<L: LabLock<D>, D: Data>(cfg: &SpinConfig) -> SpinResult {
     }
 }
 
-/// [`spin`] as a visitor, for a registry entry's lock.
+/// [`spin()`] as a visitor, for a registry entry's lock.
 pub struct SpinLoop<'a>(pub &'a SpinConfig);
 
 impl MutexVisitor for SpinLoop<'_> {

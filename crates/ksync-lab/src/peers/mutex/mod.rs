@@ -60,8 +60,8 @@ pub trait LabLock<D: Data>: Send + Sync + 'static {
     /// Zeroes the statistics and restarts their window; call it while the
     /// lock is idle. Nothing for a lock without statistics.
     fn reset_lock_stats(&self) {}
-    /// The lock's own event counters since [`reset_lock_events`]
-    /// (`Self::reset_lock_events`), by name: what its slow paths did (steals,
+    /// The lock's own event counters since
+    /// [`reset_lock_events`](Self::reset_lock_events), by name: what its slow paths did (steals,
     /// sleeps, hand-offs, closures combined...). Empty for a lock without
     /// counters.
     fn lock_events(&self) -> Vec<(&'static str, u64)> {
