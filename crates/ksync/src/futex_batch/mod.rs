@@ -160,8 +160,8 @@ mod spread;
 mod uring;
 
 pub use spread::{
-    set_sharing, set_sharing_mode, sharing, sharing_mode, sleeper_cpu, this_cpu, Board, Handle,
-    SharingMode, Spread, UNKNOWN_CPU,
+    help_open_board, set_sharing, set_sharing_mode, sharing, sharing_mode, sleeper_cpu, this_cpu,
+    Board, Handle, SharingMode, Spread, UNKNOWN_CPU,
 };
 
 #[cfg(all(not(loom), target_os = "linux"))]

@@ -53,6 +53,14 @@
 //! takes no board and makes one batched wake, as a post without sharing
 //! does.
 //!
+//! Those helpers are the post's own sleepers, so where their CPU is busy
+//! running the sleepers of earlier posts, none of them runs before the
+//! poster has claimed everything itself. So a post whose board for a CPU
+//! fills past a chunk also leaves it in that CPU's open slot, and every
+//! sleeper that returns on that CPU, of any post, takes one chunk from the
+//! board there before it returns ([`help_open_board`]); the slot's
+//! reference passes from one such sleeper to the next.
+//!
 //! A board holds a post to every semaphore of the largest set: its first
 //! entries are in place, later ones in segments that double, allocated as
 //! a post first reaches them and kept with the board.
@@ -403,6 +411,31 @@ pub struct Board {
     /// publishes an entry of the segment (`len`), read only after; freed
     /// with the board.
     more: [AtomicPtr<AtomicPtr<AtomicU32>>; MORE],
+    /// Under loom, boards are marked freed and leaked instead of freed, so
+    /// that a model fails on any use after the free ([`free`]).
+    #[cfg(loom)]
+    freed: crate::sync::AtomicBool,
+}
+
+/// Frees a board whose last reference the caller holds. Under loom it is
+/// only marked freed (and leaked): every later use of it fails the model,
+/// as would a second free.
+///
+/// # Safety
+///
+/// The board came from `Box::into_raw` (or `Box::leak`), and the caller
+/// holds its last reference.
+unsafe fn free(board: NonNull<Board>) {
+    #[cfg(not(loom))]
+    // SAFETY: passed on from our caller.
+    drop(unsafe { Box::from_raw(board.as_ptr()) });
+    #[cfg(loom)]
+    {
+        // SAFETY: leaked, never freed: alive for the rest of the model.
+        let b = unsafe { board.as_ref() };
+        b.check_alive();
+        b.freed.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Where entry `i` (`FIRST` or later, below [`CAPACITY`]) lives: its
@@ -423,11 +456,24 @@ impl Board {
             helper_chunk: AtomicUsize::new(HELPER_CHUNK),
             first: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
             more: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            #[cfg(loom)]
+            freed: crate::sync::AtomicBool::new(false),
         }
+    }
+
+    /// Under loom, fails the model if the board was freed: whoever uses it
+    /// must hold a reference.
+    fn check_alive(&self) {
+        #[cfg(loom)]
+        assert!(
+            !self.freed.load(Ordering::Relaxed),
+            "a board used after its free"
+        );
     }
 
     /// Entry `i`, below an acquired `len` (or the poster's own).
     fn entry(&self, i: usize) -> &AtomicPtr<AtomicU32> {
+        self.check_alive();
         if i < FIRST {
             return &self.first[i];
         }
@@ -471,6 +517,7 @@ impl Board {
 
     /// Claims up to `most` entries not yet claimed. Empty when there are none.
     fn claim(&self, most: usize) -> Range<usize> {
+        self.check_alive();
         let mut next = self.next.load(Ordering::Relaxed);
         loop {
             // Pairs with the release store in `Board::publish`: entries
@@ -520,6 +567,7 @@ impl Board {
 
     /// Drops one handle's reference: true if it was the last.
     fn drop_handle(&self) -> bool {
+        self.check_alive();
         self.refs.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
@@ -527,6 +575,7 @@ impl Board {
     /// holds one reference from here on): true if none is outstanding, so
     /// the poster owns the board again.
     fn drop_bias(&self, handles: usize) -> bool {
+        self.check_alive();
         let settled = POSTER_BIAS - handles;
         self.refs.fetch_sub(settled, Ordering::AcqRel) == settled
     }
@@ -651,7 +700,7 @@ impl Handle {
         let calls = b.drain(b.helper_chunk.load(Ordering::Relaxed), wake);
         if b.drop_handle() {
             // SAFETY: the last reference; the board came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(board.as_ptr()) });
+            unsafe { free(board) };
         }
         calls
     }
@@ -701,6 +750,10 @@ pub struct Spread {
     me: u32,
     /// [`LEADER_AT`] (a model with fewer entries sets it lower; at least 2).
     leader_at: u32,
+    /// [`SharingMode::Local`]: the words a board holds when it is left
+    /// open ([`OPEN_AT`]; a unit test's post of pretend CPUs sets it out of
+    /// reach, so that no real sleeper takes from it).
+    open_at: usize,
     /// [`SharingMode::Any`]: the board entry of the first word whose
     /// sleeper can help. The first wake reaches it, with the words before
     /// it (the first delivery's, which has no handle): woken alone, that
@@ -724,6 +777,9 @@ struct Share {
     len: usize,
     /// Handles to the board given out; settled in `finish_board`.
     handles: usize,
+    /// [`SharingMode::Local`]: the board was left in its CPU's
+    /// [`open_slot`], with a reference of its own (counted in `handles`).
+    open: bool,
 }
 
 impl Share {
@@ -734,6 +790,7 @@ impl Share {
             board: None,
             len: 0,
             handles: 0,
+            open: false,
         }
     }
 
@@ -766,7 +823,7 @@ impl Share {
 
     /// Owes `word` a wake on the board; false, and nothing done, if it is
     /// full.
-    fn push(&mut self, mode: SharingMode, word: *const AtomicU32) -> bool {
+    fn push(&mut self, mode: SharingMode, open_at: usize, word: *const AtomicU32) -> bool {
         if self.len == CAPACITY {
             return false;
         }
@@ -775,8 +832,138 @@ impl Share {
         // `len` is unpublished, so nobody else reads it.
         unsafe { board.as_ref() }.publish(self.len, word);
         self.len += 1;
+        if self.len == open_at && mode == SharingMode::Local {
+            self.leave_open(board);
+        }
         true
     }
+
+    /// [`SharingMode::Local`]: leaves the board in its CPU's
+    /// [`open_slot`], with a reference of its own, unless the slot holds
+    /// another's.
+    fn leave_open(&mut self, board: NonNull<Board>) {
+        let Some(slot) = open_slot(self.cpu) else {
+            return;
+        };
+        // Release pairs with the acquire swap in `help_open_board_on`: a
+        // sleeper that takes the board from the slot sees it set up.
+        self.open = slot
+            .compare_exchange(
+                core::ptr::null_mut(),
+                board.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        // Settled with the bias, as a handle's.
+        self.handles += usize::from(self.open);
+    }
+}
+
+/// [`SharingMode::Local`]: per CPU (modulo), the board of a post with words
+/// that any sleeper returning on that CPU may claim a few of
+/// ([`help_open_board`]), one sleeper at a time.
+///
+/// A post's handles reach only the sleepers of that post, and a helper runs
+/// only once the scheduler runs it. Where a CPU is busy with the sleepers of
+/// earlier posts (a poster that posts again while its last post's woken
+/// still queue for the CPU: `ksync-lab wake`'s nine `semop` calls of 500),
+/// none of the new post's sleepers runs before the poster has claimed
+/// everything itself. The sleepers of the earlier posts do run, one after
+/// another: each takes the board from the slot, claims one chunk, puts the
+/// board back and wakes its chunk. The slot holds one reference; whoever
+/// swapped the board out holds it until it puts it back or drops it, so a
+/// board is never used after its free. The poster takes the board back when
+/// it has claimed the rest, if the slot still holds it; else a later sleeper
+/// finds it with nothing left and drops it.
+#[cfg(not(loom))]
+static OPEN: [crossbeam_utils::CachePadded<AtomicPtr<Board>>; OPEN_SLOTS] =
+    [const { crossbeam_utils::CachePadded::new(AtomicPtr::new(core::ptr::null_mut())) };
+        OPEN_SLOTS];
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref OPEN: [AtomicPtr<Board>; OPEN_SLOTS] =
+        core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut()));
+}
+
+/// The words a board holds when its post leaves it open ([`OPEN`]): a
+/// small post's own woken suffice, and a slot written by every post would
+/// cost each returning sleeper a cache miss to read. Leaving boards of one
+/// word open made sembench `-t 8 -w 4` (posts of up to 4) fall from 2.65x-2.72x
+/// the kernel to 1.55x-1.60x.
+#[cfg(not(loom))]
+const OPEN_AT: usize = LOCAL_HELPER_CHUNK;
+#[cfg(loom)]
+const OPEN_AT: usize = 1;
+
+/// [`OPEN`]'s slots: CPUs past this share a slot with a lower one.
+#[cfg(not(loom))]
+const OPEN_SLOTS: usize = 64;
+#[cfg(loom)]
+const OPEN_SLOTS: usize = 2;
+
+/// `cpu`'s open slot, if the CPU is known.
+fn open_slot(cpu: u32) -> Option<&'static AtomicPtr<Board>> {
+    let slot = &OPEN[(cpu as usize) % OPEN_SLOTS];
+    // Out of its `CachePadded` (under loom there is none).
+    #[cfg(not(loom))]
+    let slot = &**slot;
+    (cpu != UNKNOWN_CPU).then_some(slot)
+}
+
+/// [`SharingMode::Local`]: wakes one chunk of the words left on the board a
+/// post left open for the calling thread's CPU, if there is one (see the
+/// module documentation). Call it once a woken sleeper has its result and has helped
+/// its own post ([`Handle::help`]), with no lock held. Returns the system
+/// calls made.
+pub fn help_open_board() -> usize {
+    if sharing_mode() != SharingMode::Local {
+        return 0;
+    }
+    // SAFETY: the words are futex keys (see `Spread::push`).
+    help_open_board_on(this_cpu(), |words| unsafe { super::wake_all(words) })
+}
+
+/// [`help_open_board`] for a sleeper on `cpu`, with `wake` for the futex
+/// wake (loom's model records instead).
+#[inline(never)]
+fn help_open_board_on(cpu: u32, wake: impl FnOnce(&[*const AtomicU32]) -> usize) -> usize {
+    let Some(slot) = open_slot(cpu) else {
+        return 0;
+    };
+    if slot.load(Ordering::Relaxed).is_null() {
+        return 0;
+    }
+    // Takes the slot's reference. Acquire pairs with the release of whoever
+    // left the board there.
+    let Some(board) = NonNull::new(slot.swap(core::ptr::null_mut(), Ordering::Acquire)) else {
+        return 0;
+    };
+    // SAFETY: the slot's reference, ours now, keeps the board alive.
+    let b = unsafe { board.as_ref() };
+    let claimed = b.claim(LOCAL_HELPER_CHUNK);
+    // The words, read while the reference is ours.
+    let mut batch = Taken::<LOCAL_HELPER_CHUNK>::new();
+    for i in claimed.clone() {
+        batch.push(b.entry(i).load(Ordering::Relaxed).cast_const());
+    }
+    // The reference goes back to the slot for the next sleeper while words
+    // may be left; else, or if another post's board is there now, dropped.
+    let back = !claimed.is_empty()
+        && slot
+            .compare_exchange(
+                core::ptr::null_mut(),
+                board.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+    if !back && b.drop_handle() {
+        // SAFETY: the last reference; the board came from `Box::into_raw`.
+        unsafe { free(board) };
+    }
+    batch.wake(wake)
 }
 
 /// Words woken in one batch by the poster itself, the first [`INLINE`] in
@@ -876,6 +1063,7 @@ impl Spread {
             leaders: 0,
             me: UNKNOWN_CPU,
             leader_at: LEADER_AT,
+            open_at: OPEN_AT,
             first_helper: None,
             overflow: Overflow::new(),
         }
@@ -980,7 +1168,7 @@ impl Spread {
         };
         self.shares_len = self.shares_len.max(share + 1);
         let at = self.shares[share].len;
-        if !self.shares[share].push(self.mode, word) {
+        if !self.shares[share].push(self.mode, self.open_at, word) {
             self.overflow.push(word);
         } else if helps && self.mode == SharingMode::Any && self.first_helper.is_none() {
             self.first_helper = Some(at);
@@ -1068,7 +1256,23 @@ impl Spread {
         // helpers and the poster have claimed everything: nothing waits
         // for a helper the scheduler has not run.
         calls += b.drain(POSTER_CHUNK, &mut wake);
-        if b.drop_bias(share.handles) {
+        let mut handles = share.handles;
+        if share.open {
+            // The slot's reference comes back if no sleeper holds it.
+            let slot = open_slot(share.cpu).expect("an open board's CPU is known");
+            if slot
+                .compare_exchange(
+                    board.as_ptr(),
+                    core::ptr::null_mut(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                handles -= 1;
+            }
+        }
+        if b.drop_bias(handles) {
             b.reset();
             spare::put(board);
         }
@@ -1149,7 +1353,7 @@ mod spare {
 
     pub(super) fn put(board: NonNull<Board>) {
         // SAFETY: the poster owns the board alone (see `drop_bias`).
-        drop(unsafe { Box::from_raw(board.as_ptr()) });
+        unsafe { super::free(board) };
     }
 }
 
@@ -1333,6 +1537,73 @@ mod local_model {
     }
 }
 
+/// The model of a board left open ([`OPEN`]): a poster on CPU 0 delivers
+/// three sleepers of CPU 1, the third on the board, which it leaves open
+/// (one word is enough under loom); a sleeper of an earlier post returns on
+/// CPU 1 meanwhile and takes a chunk from the slot. Every word must be woken
+/// exactly once, and the slot must end empty or hold a board that the next
+/// sleeper to return drops, whatever the interleaving: the slot's reference
+/// is held by one party at a time, so no board is used after its free.
+#[cfg(all(test, loom))]
+mod open_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    const SLEEPERS: usize = 3;
+
+    #[test]
+    fn a_board_left_open_is_woken_once_and_freed_once() {
+        loom::model(|| {
+            let words: Arc<[AtomicU32; SLEEPERS]> =
+                Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
+            let returning = {
+                let words = Arc::clone(&words);
+                loom::thread::spawn(move || {
+                    let mut woken = Vec::new();
+                    help_open_board_on(1, |ws| {
+                        woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                        ws.len()
+                    });
+                    woken
+                })
+            };
+            model_cpu(0);
+            let mut spread = Spread::new();
+            spread.mode = SharingMode::Local;
+            spread.leader_at = 2;
+            let mut handles = Vec::new();
+            for word in words.iter() {
+                handles.push(spread.handle_on(1));
+                spread.push_ptr(word);
+            }
+            let mut woken = Vec::new();
+            let mut record = |ws: &[*const AtomicU32]| {
+                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                ws.len()
+            };
+            spread.finish(&mut record);
+            for h in handles {
+                // SAFETY: each handle used once.
+                unsafe { h.help_with(&mut record) };
+            }
+            let mut woken_there = returning.join().unwrap();
+            // The next sleeper to return there drops a board left behind.
+            help_open_board_on(1, &mut record);
+            assert!(open_slot(1).unwrap().load(Ordering::Relaxed).is_null());
+            woken.append(&mut woken_there);
+            woken.sort_unstable();
+            assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+        });
+    }
+
+    fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
+        words
+            .iter()
+            .position(|w| core::ptr::eq(w, word))
+            .expect("only pushed words are woken")
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -1351,6 +1622,7 @@ mod tests {
     fn spread(mode: SharingMode) -> Spread {
         let mut spread = Spread::new();
         spread.mode = mode;
+        spread.open_at = usize::MAX;
         spread
     }
 
@@ -1653,6 +1925,43 @@ mod tests {
             }
         }
         assert_eq!(expect, (MORE, 0), "the last segment ends at the capacity");
+    }
+
+    #[test]
+    fn a_board_left_open_gives_each_returning_sleeper_one_chunk() {
+        // A pretend CPU no machine that runs the tests has, so that no real
+        // sleeper returning there takes from this board.
+        const CPU: u32 = OPEN_SLOTS as u32 - 1;
+        let led = OPEN_AT + 2 * LOCAL_HELPER_CHUNK + 3;
+        let words: Vec<AtomicU32> = (0..LEADER_AT as usize + led)
+            .map(|_| AtomicU32::new(0))
+            .collect();
+        let mut spread = spread(SharingMode::Local);
+        spread.open_at = OPEN_AT;
+        spread.me = 0;
+        let handles: Vec<Handle> = words
+            .iter()
+            .map(|w| deliver(&mut spread, w, CPU, true))
+            .collect();
+        let slot = open_slot(CPU).unwrap();
+        assert!(!slot.load(Ordering::Relaxed).is_null(), "left open");
+        let mut woken = vec![0; words.len()];
+        let mut record = |ws: &[*const AtomicU32]| {
+            ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
+            ws.len()
+        };
+        // Two sleepers of earlier posts return on that CPU: a chunk each,
+        // and the board goes back to the slot after each.
+        for _ in 0..2 {
+            assert_eq!(help_open_board_on(CPU, &mut record), LOCAL_HELPER_CHUNK);
+            assert!(!slot.load(Ordering::Relaxed).is_null());
+        }
+        // The poster claims the rest and takes the board back.
+        spread.finish(&mut record);
+        assert!(slot.load(Ordering::Relaxed).is_null(), "taken back");
+        assert_eq!(help_open_board_on(CPU, &mut record), 0);
+        help_late(handles);
+        assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
 
     #[test]

@@ -283,13 +283,15 @@ impl Sleeper {
 
     /// Called once by the owner after it read its result (with acquire
     /// ordering, which the waker's release swap pairs with): wakes other
-    /// sleepers of the waker's post until none is left to claim. Returns the
-    /// system calls it made.
+    /// sleepers of the waker's post until none is left to claim, then a
+    /// chunk of a later post's left open for its CPU. Returns the system
+    /// calls it made.
     pub(super) fn help_wake(&self) -> usize {
         let raw = self.help.swap(core::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: the waker left this handle's reference for this call, and
         // the swap takes it exactly once.
-        unsafe { Handle::from_raw(raw).help() }
+        let calls = unsafe { Handle::from_raw(raw).help() };
+        calls + crate::futex_batch::help_open_board()
     }
 
     /// The semaphores the blocked call names, as [`sem_mask`] folds them.

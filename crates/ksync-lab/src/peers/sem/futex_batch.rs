@@ -67,11 +67,13 @@ impl Word {
         unsafe { Handle::from_raw(old).help() };
     }
 
-    /// After a post was taken: helps wake the rest of its poster's post.
+    /// After a post was taken: helps wake the rest of its poster's post,
+    /// then a chunk of a later post's left open for this CPU, as ksync's
+    /// sleepers do.
     fn help(&self, events: &Events) {
         let raw = self.help.swap(core::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: as in `leave`.
-        let calls = unsafe { Handle::from_raw(raw).help() };
+        let calls = unsafe { Handle::from_raw(raw).help() } + ksync::futex_batch::help_open_board();
         if calls > 0 {
             events.wake_calls.fetch_add(calls as u64, Ordering::Relaxed);
         }
