@@ -499,7 +499,7 @@ impl Board {
                 .collect();
             segment = Box::into_raw(entries).cast::<AtomicPtr<AtomicU32>>();
             // Published with the entry, by the release store of `len` in
-            // `Spread::push_ptr`.
+            // `Board::publish`.
             self.more[k].store(segment, Ordering::Relaxed);
         }
         // SAFETY: as in `entry`.
@@ -537,6 +537,15 @@ impl Board {
         }
     }
 
+    /// The words of the entries `claimed` (at most `N`).
+    fn words<const N: usize>(&self, claimed: Range<usize>) -> Taken<N> {
+        let mut batch = Taken::<N>::new();
+        for i in claimed {
+            batch.push(self.entry(i).load(Ordering::Relaxed).cast_const());
+        }
+        batch
+    }
+
     /// Wakes the entries `claimed` (at most [`BATCH`]) in one batched
     /// wake. Returns the system calls made.
     fn wake_claimed(
@@ -544,11 +553,7 @@ impl Board {
         claimed: Range<usize>,
         wake: impl FnOnce(&[*const AtomicU32]) -> usize,
     ) -> usize {
-        let mut batch = Taken::<BATCH>::new();
-        for i in claimed {
-            batch.push(self.entry(i).load(Ordering::Relaxed).cast_const());
-        }
-        batch.wake(wake)
+        self.words::<BATCH>(claimed).wake(wake)
     }
 
     /// Claims up to `chunk` entries at a time (at most [`BATCH`]) and wakes
@@ -740,9 +745,6 @@ pub struct Spread {
     deliveries: usize,
     /// Who wakes the last delivery's sleeper, if its word is pushed next.
     role: Role,
-    /// The last delivery got a handle: if its word is pushed next, its
-    /// sleeper can help ([`SharingMode::Any`]).
-    handed: bool,
     /// [`SharingMode::Local`]: leaders at the front of `overflow`.
     leaders: usize,
     /// [`SharingMode::Local`]: the CPU the poster runs on, read at its first
@@ -944,10 +946,7 @@ fn help_open_board_on(cpu: u32, wake: impl FnOnce(&[*const AtomicU32]) -> usize)
     let b = unsafe { board.as_ref() };
     let claimed = b.claim(LOCAL_HELPER_CHUNK);
     // The words, read while the reference is ours.
-    let mut batch = Taken::<LOCAL_HELPER_CHUNK>::new();
-    for i in claimed.clone() {
-        batch.push(b.entry(i).load(Ordering::Relaxed).cast_const());
-    }
+    let batch = b.words::<LOCAL_HELPER_CHUNK>(claimed.clone());
     // The reference goes back to the slot for the next sleeper while words
     // may be left; else, or if another post's board is there now, dropped.
     let back = !claimed.is_empty()
@@ -1059,7 +1058,6 @@ impl Spread {
             shares_len: 0,
             deliveries: 0,
             role: Role::Poster,
-            handed: false,
             leaders: 0,
             me: UNKNOWN_CPU,
             leader_at: LEADER_AT,
@@ -1097,17 +1095,22 @@ impl Spread {
             SharingMode::Any => Role::Led(0),
             SharingMode::Local => self.role_on(cpu),
         };
-        let share = match self.role {
-            Role::Poster => None,
-            Role::Led(i) | Role::Leader(i) => Some(i),
-        };
-        self.handed = share.is_some() && (self.mode != SharingMode::Any || self.deliveries > 1);
-        match share {
-            Some(i) if self.handed => {
+        match self.handed_share() {
+            Some(i) => {
                 self.shares_len = self.shares_len.max(i + 1);
                 self.shares[i].handle(self.mode)
             }
-            _ => Handle::NONE,
+            None => Handle::NONE,
+        }
+    }
+
+    /// The board whose handle the last delivery's sleeper holds, if any:
+    /// its role's, but under [`SharingMode::Any`] not the first delivery's.
+    fn handed_share(&self) -> Option<usize> {
+        match self.role {
+            Role::Poster => None,
+            Role::Led(_) if self.mode == SharingMode::Any && self.deliveries == 1 => None,
+            Role::Led(i) | Role::Leader(i) => Some(i),
         }
     }
 
@@ -1148,7 +1151,7 @@ impl Spread {
 
     /// [`push`](Self::push) by address.
     pub(crate) fn push_ptr(&mut self, word: *const AtomicU32) {
-        let helps = core::mem::take(&mut self.handed);
+        let helps = self.handed_share().is_some();
         let role = core::mem::replace(&mut self.role, Role::Poster);
         let share = match (self.mode, role) {
             // A word pushed without a delivery before it is on the board
@@ -1210,7 +1213,6 @@ impl Spread {
         self.shares_len = 0;
         self.deliveries = 0;
         self.role = Role::Poster;
-        self.handed = false;
         self.leaders = 0;
         self.me = UNKNOWN_CPU;
         self.first_helper = None;
@@ -1357,6 +1359,16 @@ mod spare {
     }
 }
 
+/// Which of `words` a woken `word` is: the tests and models record wakes by
+/// index.
+#[cfg(test)]
+fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
+    words
+        .iter()
+        .position(|w| core::ptr::eq(w, word))
+        .expect("only pushed words are woken")
+}
+
 /// The model: a poster delivers three sleepers (the last two get handles)
 /// and pushes each word right after its delivery, as `ksync::sem` does; the
 /// two sleepers help as soon as they see their result, while the poster may
@@ -1380,10 +1392,7 @@ mod tests {
     impl Post {
         /// Which sleeper `word` belongs to.
         fn index(&self, word: *const AtomicU32) -> usize {
-            self.words
-                .iter()
-                .position(|w| core::ptr::eq(w, word))
-                .expect("only pushed words are woken")
+            index(&self.words, word)
         }
     }
 
@@ -1528,13 +1537,6 @@ mod local_model {
             assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
         });
     }
-
-    fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
-        words
-            .iter()
-            .position(|w| core::ptr::eq(w, word))
-            .expect("only pushed words are woken")
-    }
 }
 
 /// The model of a board left open ([`OPEN`]): a poster on CPU 0 delivers
@@ -1595,13 +1597,6 @@ mod open_model {
             assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
         });
     }
-
-    fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
-        words
-            .iter()
-            .position(|w| core::ptr::eq(w, word))
-            .expect("only pushed words are woken")
-    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -1624,10 +1619,6 @@ mod tests {
         spread.mode = mode;
         spread.open_at = usize::MAX;
         spread
-    }
-
-    fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
-        words.iter().position(|w| core::ptr::eq(w, word)).unwrap()
     }
 
     #[test]
@@ -1674,10 +1665,8 @@ mod tests {
         // SAFETY: the outstanding handles keep the board alive.
         let board = unsafe { &*handles[1].into_raw() };
         assert_eq!(board.refs.load(Ordering::Relaxed), 2);
-        for h in &handles[1..] {
-            // SAFETY: each handle used once (the last one frees the board).
-            assert_eq!(unsafe { h.help_with(|ws| ws.len()) }, 0);
-        }
+        // Each handle used once (the last one frees the board).
+        help_late(handles[1..].iter().copied());
     }
 
     #[test]
@@ -1696,10 +1685,7 @@ mod tests {
             1
         });
         assert_eq!(batches, [vec![2]]);
-        for h in [spinning, parked] {
-            // SAFETY: each handle used once.
-            assert_eq!(unsafe { h.help_with(|ws| ws.len()) }, 0);
-        }
+        help_late([spinning, parked]);
     }
 
     #[test]
