@@ -5,8 +5,8 @@
 
 use super::{options, ComparePart, Quick};
 use crate::output::lab::Lab;
-use crate::output::lock_stats::{lock_stats_text, named_stats, runs_covered};
-use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
+use crate::output::lock_stats::{lock_stats_text, measure_locks_in_rounds, runs_covered};
+use crate::output::record::{peer_ratio_key, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::names::{self, Named};
@@ -15,7 +15,6 @@ use crate::peers::rwlock::registry::{self as rwlocks, RwEntry, RW_LOCKS};
 use crate::workloads::rw_mix::{Mix, MixLoop, MIXES};
 use crate::workloads::share_range;
 use ksync::rwsem::RwSemStats;
-use ksync::stat::LockStatSnapshot;
 use std::time::Duration;
 
 impl Named for Mix {
@@ -62,15 +61,12 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
         .iter()
         .map(|l| format!("rwsem {} {}", mix.name, l.name))
         .collect();
-    let mut last_stats: Vec<Option<LockStatSnapshot>> = vec![None; locks.len()];
-    let points = lab.measure_rounds(
-        &labels,
-        |p| {
+    let (points, stats) =
+        measure_locks_in_rounds(lab, &labels, locks.iter().map(|l| l.name), |p| {
             let lock = locks[p];
             ksync::rwsem::reset_rwsem_stats();
             let r = lock.dispatch(MixLoop { mix, duration });
             let events = ksync::rwsem::rwsem_stats();
-            last_stats[p] = r.lock_stats;
             let (rmin, rmax) = share_range(&r.per_reader);
             let (wmin, wmax) = share_range(&r.per_writer);
             let secs = r.elapsed.as_secs_f64();
@@ -107,14 +103,12 @@ pub fn mix_table(lab: &mut Lab, mix: Mix, locks: &[&RwEntry], duration: Duration
             } else {
                 rec
             };
-            match &r.lock_stats {
+            let rec = match &r.lock_stats {
                 Some(s) => rec.lock_stats(s),
                 None => rec,
-            }
-        },
-        |round| ratios_to_peers(round, "ops_per_s"),
-    );
-    let stats = named_stats(locks.iter().map(|l| l.name), last_stats);
+            };
+            (rec, r.lock_stats)
+        });
     let best = points
         .iter()
         .filter(|p| !p.record.ksync)

@@ -13,8 +13,8 @@
 use super::{options, usable, ComparePart, Quick};
 use crate::harness::affinity::Pin;
 use crate::output::lab::Lab;
-use crate::output::lock_stats::{lock_stats_text, named_stats, runs_covered};
-use crate::output::record::{peer_ratio_key, ratios_to_peers, Measured, Record};
+use crate::output::lock_stats::{lock_stats_text, measure_locks_in_rounds, runs_covered};
+use crate::output::record::{peer_ratio_key, Measured, Record};
 use crate::output::summary::SummaryRow;
 use crate::output::table::Table;
 use crate::peers::mutex::registry::{self as mutexes, MutexEntry, MUTEXES};
@@ -111,20 +111,9 @@ pub fn measure_locks_stats(
         .iter()
         .map(|l| format!("{experiment} {} threads: {}", cfg.threads, l.name))
         .collect();
-    let mut last_stats: Vec<Option<LockStatSnapshot>> = vec![None; locks.len()];
-    let measured = lab.measure_rounds(
-        &labels,
-        |p| {
-            let (record, stats) = spin_run(experiment, locks[p], cfg, workload);
-            last_stats[p] = stats;
-            record
-        },
-        |round| ratios_to_peers(round, "ops_per_s"),
-    );
-    (
-        measured,
-        named_stats(locks.iter().map(|l| l.name), last_stats),
-    )
+    measure_locks_in_rounds(lab, &labels, locks.iter().map(|l| l.name), |p| {
+        spin_run(experiment, locks[p], cfg, workload)
+    })
 }
 
 /// One run of `lock` at `cfg` as a record, with its lock statistics where

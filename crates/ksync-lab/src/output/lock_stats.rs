@@ -1,7 +1,8 @@
 //! Lock statistics (`ksync::stat`) in results: as `lockstat_*` metrics of
 //! a record, and as the text `--lock-stats` prints.
 
-use super::record::Record;
+use super::lab::Lab;
+use super::record::{ratios_to_peers, Measured, Record};
 use ksync::stat::LockStatSnapshot;
 use std::fmt::Write as _;
 
@@ -36,17 +37,34 @@ impl Record {
     }
 }
 
-/// Each lock's statistics from its last run, by name, for the locks that
-/// keep them (`last[i]` is `names[i]`'s), as [`lock_stats_text`] takes them.
-pub fn named_stats<'a>(
+/// Measures locks in rounds ([`Lab::measure_rounds`]): lock `i`, named
+/// `names[i]`, is point `labels[i]`, and `run(i)` runs it once, returning
+/// its record and, for a lock that keeps them, its statistics. Each run
+/// carries its `ops_per_s` ratio to every peer of its round
+/// ([`ratios_to_peers`]). Returns the points, and each lock's statistics
+/// from its last run, by name, as [`lock_stats_text`] takes them.
+pub fn measure_locks_in_rounds<'a>(
+    lab: &mut Lab,
+    labels: &[String],
     names: impl IntoIterator<Item = &'a str>,
-    last: Vec<Option<LockStatSnapshot>>,
-) -> Vec<(String, LockStatSnapshot)> {
-    names
+    mut run: impl FnMut(usize) -> (Record, Option<LockStatSnapshot>),
+) -> (Vec<Measured>, Vec<(String, LockStatSnapshot)>) {
+    let mut last: Vec<Option<LockStatSnapshot>> = vec![None; labels.len()];
+    let measured = lab.measure_rounds(
+        labels,
+        |p| {
+            let (record, stats) = run(p);
+            last[p] = stats;
+            record
+        },
+        |round| ratios_to_peers(round, "ops_per_s"),
+    );
+    let stats = names
         .into_iter()
         .zip(last)
         .filter_map(|(name, s)| Some((name.to_string(), s?)))
-        .collect()
+        .collect();
+    (measured, stats)
 }
 
 /// The lock statistics of some points, as `--lock-stats` prints them: per
