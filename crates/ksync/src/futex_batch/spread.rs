@@ -59,7 +59,10 @@
 //! fills past a chunk also leaves it in that CPU's open slot, and every
 //! sleeper that returns on that CPU, of any post, takes one chunk from the
 //! board there before it returns ([`help_open_board`]); the slot's
-//! reference passes from one such sleeper to the next.
+//! reference passes from one such sleeper to the next. Under
+//! [`SharingMode::Any`] the same holds for a CPU crowded with a post's
+//! sleepers (a chunk's worth of them, counted as they are delivered): the
+//! post's one board is left in that CPU's slot too.
 //!
 //! A board holds a post to every semaphore of the largest set: its first
 //! entries are in place, later ones in segments that double, allocated as
@@ -336,6 +339,8 @@ const LEADER_AT: u32 = 3;
 
 /// [`SharingMode::Local`]: the other CPUs a post keeps a board for, the
 /// first met; the sleepers of any further CPU are the poster's to wake.
+/// [`SharingMode::Any`]: the CPUs a post counts its sleepers on
+/// ([`Crowds`]).
 const SHARED_CPUS: usize = 8;
 
 /// The CPU the calling thread runs on, or [`UNKNOWN_CPU`]: for a sleeper
@@ -356,8 +361,9 @@ pub fn this_cpu() -> u32 {
 }
 
 /// The CPU a sleeper about to sleep notes for its waker's
-/// [`Spread::handle_on`]: [`this_cpu`] where posts keep their wake-ups on
-/// their CPU ([`SharingMode::Local`]), the only mode that reads it;
+/// [`Spread::handle_on`]: [`this_cpu`] where posts share their wake-ups
+/// out, which read it ([`SharingMode::Local`] to keep wake-ups on their
+/// CPU, [`SharingMode::Any`] to find CPUs crowded with a post's sleepers);
 /// [`UNKNOWN_CPU`] otherwise, without asking. A post made after the mode
 /// changed treats a sleeper of unknown CPU as the poster's to wake.
 pub fn sleeper_cpu() -> u32 {
@@ -366,10 +372,10 @@ pub fn sleeper_cpu() -> u32 {
 
 /// [`sleeper_cpu`] under `mode`.
 fn cpu_to_note(mode: SharingMode) -> u32 {
-    if mode == SharingMode::Local {
-        this_cpu()
-    } else {
+    if mode == SharingMode::Off {
         UNKNOWN_CPU
+    } else {
+        this_cpu()
     }
 }
 
@@ -752,10 +758,14 @@ pub struct Spread {
     me: u32,
     /// [`LEADER_AT`] (a model with fewer entries sets it lower; at least 2).
     leader_at: u32,
-    /// [`SharingMode::Local`]: the words a board holds when it is left
-    /// open ([`OPEN_AT`]; a unit test's post of pretend CPUs sets it out of
-    /// reach, so that no real sleeper takes from it).
+    /// The words a board holds when it is left open ([`OPEN_AT`]; under
+    /// [`SharingMode::Any`], the deliveries to one CPU; a unit test's post
+    /// of pretend CPUs sets it out of reach, so that no real sleeper takes
+    /// from it).
     open_at: usize,
+    /// [`SharingMode::Any`]: the deliveries per CPU, and where the board
+    /// was left open.
+    crowds: Crowds,
     /// [`SharingMode::Any`]: the board entry of the first word whose
     /// sleeper can help. The first wake reaches it, with the words before
     /// it (the first delivery's, which has no handle): woken alone, that
@@ -835,21 +845,22 @@ impl Share {
         unsafe { board.as_ref() }.publish(self.len, word);
         self.len += 1;
         if self.len == open_at && mode == SharingMode::Local {
-            self.leave_open(board);
+            self.open = self.leave_open(self.cpu, board);
         }
         true
     }
 
-    /// [`SharingMode::Local`]: leaves the board in its CPU's
-    /// [`open_slot`], with a reference of its own, unless the slot holds
-    /// another's.
-    fn leave_open(&mut self, board: NonNull<Board>) {
-        let Some(slot) = open_slot(self.cpu) else {
-            return;
+    /// Leaves the board in `cpu`'s [`open_slot`], with a reference of its
+    /// own, unless the slot holds another's: true if it did.
+    /// [`SharingMode::Local`]: the board's own CPU; [`SharingMode::Any`]:
+    /// each CPU crowded with the post's sleepers ([`Crowds`]).
+    fn leave_open(&mut self, cpu: u32, board: NonNull<Board>) -> bool {
+        let Some(slot) = open_slot(cpu) else {
+            return false;
         };
         // Release pairs with the acquire swap in `help_open_board_on`: a
         // sleeper that takes the board from the slot sees it set up.
-        self.open = slot
+        let open = slot
             .compare_exchange(
                 core::ptr::null_mut(),
                 board.as_ptr(),
@@ -858,13 +869,82 @@ impl Share {
             )
             .is_ok();
         // Settled with the bias, as a handle's.
-        self.handles += usize::from(self.open);
+        self.handles += usize::from(open);
+        open
     }
 }
 
-/// [`SharingMode::Local`]: per CPU (modulo), the board of a post with words
-/// that any sleeper returning on that CPU may claim a few of
-/// ([`help_open_board`]), one sleeper at a time.
+/// Takes `board`'s reference back from `cpu`'s open slot, if no sleeper
+/// holds it: 1 if it did (a reference the poster settles), else 0.
+fn take_back(cpu: u32, board: NonNull<Board>) -> usize {
+    let slot = open_slot(cpu).expect("an open board's CPU is known");
+    let taken = slot
+        .compare_exchange(
+            board.as_ptr(),
+            core::ptr::null_mut(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .is_ok();
+    usize::from(taken)
+}
+
+/// [`SharingMode::Any`]: a post's deliveries to each CPU met (the first
+/// [`SHARED_CPUS`]), so that a CPU with many of its sleepers gets the
+/// board left in its open slot, as [`SharingMode::Local`] leaves a CPU's
+/// board.
+///
+/// Under [`SharingMode::Any`] a post's helpers are its own sleepers, and
+/// where they all sleep on one CPU (a program that binds them there, as
+/// `ksync-lab wake` does), that CPU runs them one at a time, behind the
+/// sleepers of the poster's earlier posts: a waker of 4096 in nine `semop`
+/// calls of up to 500 cost 1.18x the kernel per sleeper on 16 CPUs, where
+/// local sharing, with its open boards, cost 0.49x. A post spread thin
+/// over many CPUs (sembench's 64 over 16) crowds none of them and leaves
+/// nothing open.
+struct Crowds {
+    cpu: [u32; SHARED_CPUS],
+    deliveries: [u32; SHARED_CPUS],
+    /// The board was left in the CPU's open slot (one of the share's
+    /// `handles`).
+    open: [bool; SHARED_CPUS],
+    len: usize,
+}
+
+impl Crowds {
+    const fn new() -> Self {
+        Crowds {
+            cpu: [UNKNOWN_CPU; SHARED_CPUS],
+            deliveries: [0; SHARED_CPUS],
+            open: [false; SHARED_CPUS],
+            len: 0,
+        }
+    }
+
+    /// Counts a delivery to `cpu`: its index if that makes `open_at`.
+    fn count(&mut self, cpu: u32, open_at: usize) -> Option<usize> {
+        if cpu == UNKNOWN_CPU {
+            return None;
+        }
+        let i = match self.cpu[..self.len].iter().position(|&c| c == cpu) {
+            Some(i) => i,
+            None if self.len < SHARED_CPUS => {
+                self.cpu[self.len] = cpu;
+                self.len += 1;
+                self.len - 1
+            }
+            None => return None,
+        };
+        self.deliveries[i] += 1;
+        (self.deliveries[i] as usize == open_at).then_some(i)
+    }
+}
+
+/// Per CPU (modulo), the board of a post with words that any sleeper
+/// returning on that CPU may claim a few of ([`help_open_board`]), one
+/// sleeper at a time: under [`SharingMode::Local`] a board of that CPU's
+/// sleepers, under [`SharingMode::Any`] the post's one board, left in the
+/// slot of each CPU crowded with its sleepers ([`Crowds`]).
 ///
 /// A post's handles reach only the sleepers of that post, and a helper runs
 /// only once the scheduler runs it. Where a CPU is busy with the sleepers of
@@ -889,9 +969,10 @@ loom::lazy_static! {
         core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut()));
 }
 
-/// The words a board holds when its post leaves it open ([`OPEN`]): a
-/// small post's own woken suffice, and a slot written by every post would
-/// cost each returning sleeper a cache miss to read. Leaving boards of one
+/// The words a board holds when its post leaves it open ([`OPEN`]; under
+/// [`SharingMode::Any`], the post's sleepers on one CPU): a small post's
+/// own woken suffice, and a slot written by every post would cost each
+/// returning sleeper a cache miss to read. Leaving boards of one
 /// word open made sembench `-t 8 -w 4` (posts of up to 4) fall from 2.65x-2.72x
 /// the kernel to 1.55x-1.60x.
 #[cfg(not(loom))]
@@ -914,13 +995,12 @@ fn open_slot(cpu: u32) -> Option<&'static AtomicPtr<Board>> {
     (cpu != UNKNOWN_CPU).then_some(slot)
 }
 
-/// [`SharingMode::Local`]: wakes one chunk of the words left on the board a
-/// post left open for the calling thread's CPU, if there is one (see the
-/// module documentation). Call it once a woken sleeper has its result and has helped
-/// its own post ([`Handle::help`]), with no lock held. Returns the system
-/// calls made.
+/// Wakes one chunk of the words left on the board a post left open for the
+/// calling thread's CPU, if there is one (see the module documentation).
+/// Call it once a woken sleeper has its result and has helped its own post
+/// ([`Handle::help`]), with no lock held. Returns the system calls made.
 pub fn help_open_board() -> usize {
-    if sharing_mode() != SharingMode::Local {
+    if !sharing() {
         return 0;
     }
     // SAFETY: the words are futex keys (see `Spread::push`).
@@ -944,7 +1024,9 @@ fn help_open_board_on(cpu: u32, wake: impl FnOnce(&[*const AtomicU32]) -> usize)
     };
     // SAFETY: the slot's reference, ours now, keeps the board alive.
     let b = unsafe { board.as_ref() };
-    let claimed = b.claim(LOCAL_HELPER_CHUNK);
+    // A helper's chunk for the board's mode (`Share::board`).
+    let chunk = b.helper_chunk.load(Ordering::Relaxed);
+    let claimed = b.claim(chunk.min(LOCAL_HELPER_CHUNK));
     // The words, read while the reference is ours.
     let batch = b.words::<LOCAL_HELPER_CHUNK>(claimed.clone());
     // The reference goes back to the slot for the next sleeper while words
@@ -1062,6 +1144,7 @@ impl Spread {
             me: UNKNOWN_CPU,
             leader_at: LEADER_AT,
             open_at: OPEN_AT,
+            crowds: Crowds::new(),
             first_helper: None,
             overflow: Overflow::new(),
         }
@@ -1092,7 +1175,14 @@ impl Spread {
         self.deliveries += 1;
         self.role = match self.mode {
             SharingMode::Off => Role::Poster,
-            SharingMode::Any => Role::Led(0),
+            SharingMode::Any => {
+                if let Some(i) = self.crowds.count(cpu, self.open_at) {
+                    let board = self.shares[0].board(self.mode);
+                    self.crowds.open[i] = self.shares[0].leave_open(cpu, board);
+                    self.shares_len = self.shares_len.max(1);
+                }
+                Role::Led(0)
+            }
             SharingMode::Local => self.role_on(cpu),
         };
         match self.handed_share() {
@@ -1215,6 +1305,7 @@ impl Spread {
         self.role = Role::Poster;
         self.leaders = 0;
         self.me = UNKNOWN_CPU;
+        self.crowds = Crowds::new();
         self.first_helper = None;
         calls
     }
@@ -1258,20 +1349,15 @@ impl Spread {
         // helpers and the poster have claimed everything: nothing waits
         // for a helper the scheduler has not run.
         calls += b.drain(POSTER_CHUNK, &mut wake);
+        // Each open slot's reference comes back if no sleeper holds it.
         let mut handles = share.handles;
         if share.open {
-            // The slot's reference comes back if no sleeper holds it.
-            let slot = open_slot(share.cpu).expect("an open board's CPU is known");
-            if slot
-                .compare_exchange(
-                    board.as_ptr(),
-                    core::ptr::null_mut(),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
-                handles -= 1;
+            handles -= take_back(share.cpu, board);
+        }
+        if self.mode == SharingMode::Any {
+            let crowds = &self.crowds;
+            for (&cpu, _) in crowds.cpu.iter().zip(crowds.open).filter(|&(_, open)| open) {
+                handles -= take_back(cpu, board);
             }
         }
         if b.drop_bias(handles) {
@@ -1599,6 +1685,66 @@ mod open_model {
     }
 }
 
+/// The model of a [`SharingMode::Any`] post that crowds two CPUs: its
+/// three sleepers sleep on CPUs 0, 1 and 1, and a model's posts are small,
+/// so each CPU's first sleeper makes it crowded and the board is left in
+/// both CPUs' open slots, a reference in each. A sleeper of an earlier post
+/// returns on CPU 1 while the poster delivers and drains; the handles help
+/// after. Every word must be woken exactly once, and the board freed once
+/// and never used after, whatever the interleaving.
+#[cfg(all(test, loom))]
+mod any_open_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    const SLEEPERS: usize = 3;
+
+    #[test]
+    fn a_board_left_open_on_two_cpus_is_woken_once_and_freed_once() {
+        loom::model(|| {
+            let words: Arc<[AtomicU32; SLEEPERS]> =
+                Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
+            let returning = {
+                let words = Arc::clone(&words);
+                loom::thread::spawn(move || {
+                    let mut woken = Vec::new();
+                    help_open_board_on(1, |ws| {
+                        woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                        ws.len()
+                    });
+                    woken
+                })
+            };
+            let mut spread = Spread::new();
+            spread.mode = SharingMode::Any;
+            let mut handles = Vec::new();
+            for (word, cpu) in words.iter().zip([0, 1, 1]) {
+                handles.push(spread.handle_on(cpu));
+                spread.push_ptr(word);
+            }
+            let mut woken = Vec::new();
+            let mut record = |ws: &[*const AtomicU32]| {
+                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                ws.len()
+            };
+            spread.finish(&mut record);
+            for h in handles {
+                // SAFETY: each handle used once.
+                unsafe { h.help_with(&mut record) };
+            }
+            let mut woken_there = returning.join().unwrap();
+            // The next sleepers to return there drop a board left behind.
+            for cpu in [0, 1] {
+                help_open_board_on(cpu, &mut record);
+                assert!(open_slot(cpu).unwrap().load(Ordering::Relaxed).is_null());
+            }
+            woken.append(&mut woken_there);
+            woken.sort_unstable();
+            assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+        });
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -1773,9 +1919,11 @@ mod tests {
     #[test]
     fn a_sleeper_notes_its_cpu_only_where_posts_read_it() {
         assert_eq!(cpu_to_note(SharingMode::Off), UNKNOWN_CPU);
-        assert_eq!(cpu_to_note(SharingMode::Any), UNKNOWN_CPU);
         #[cfg(target_os = "linux")]
-        assert_ne!(cpu_to_note(SharingMode::Local), UNKNOWN_CPU);
+        {
+            assert_ne!(cpu_to_note(SharingMode::Any), UNKNOWN_CPU);
+            assert_ne!(cpu_to_note(SharingMode::Local), UNKNOWN_CPU);
+        }
     }
 
     #[test]
@@ -1946,6 +2094,49 @@ mod tests {
         spread.finish(&mut record);
         assert!(slot.load(Ordering::Relaxed).is_null(), "taken back");
         assert_eq!(help_open_board_on(CPU, &mut record), 0);
+        help_late(handles);
+        assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
+    }
+
+    #[test]
+    fn an_any_post_leaves_its_board_open_on_each_crowded_cpu() {
+        // Pretend CPUs no machine that runs the tests has, and slots no
+        // other test uses: two crowded with the post's sleepers, one not.
+        const CROWDED: [u32; 2] = [OPEN_SLOTS as u32 - 3, OPEN_SLOTS as u32 - 2];
+        const SPARSE: u32 = OPEN_SLOTS as u32 - 4;
+        let mut cpus = vec![CROWDED[0]; OPEN_AT];
+        cpus.extend([SPARSE; OPEN_AT - 1]);
+        cpus.extend([CROWDED[1]; OPEN_AT + 5]);
+        cpus.push(UNKNOWN_CPU);
+        let words: Vec<AtomicU32> = cpus.iter().map(|_| AtomicU32::new(0)).collect();
+        let mut spread = spread(SharingMode::Any);
+        spread.open_at = OPEN_AT;
+        let handles: Vec<Handle> = words
+            .iter()
+            .zip(&cpus)
+            .map(|(w, &cpu)| deliver(&mut spread, w, cpu, true))
+            .collect();
+        let board = open_slot(CROWDED[0]).unwrap().load(Ordering::Relaxed);
+        assert!(!board.is_null(), "left open");
+        assert_eq!(
+            open_slot(CROWDED[1]).unwrap().load(Ordering::Relaxed),
+            board
+        );
+        assert!(open_slot(SPARSE).unwrap().load(Ordering::Relaxed).is_null());
+        let mut woken = vec![0; words.len()];
+        let mut record = |ws: &[*const AtomicU32]| {
+            ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
+            ws.len()
+        };
+        // A sleeper of an earlier post returns on each crowded CPU: a
+        // helper's chunk each.
+        for cpu in CROWDED {
+            assert_eq!(help_open_board_on(cpu, &mut record), HELPER_CHUNK);
+        }
+        spread.finish(&mut record);
+        for cpu in CROWDED {
+            assert!(open_slot(cpu).unwrap().load(Ordering::Relaxed).is_null());
+        }
         help_late(handles);
         assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
