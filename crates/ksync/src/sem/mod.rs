@@ -92,7 +92,10 @@
 //!   kernel. A large post also leaves each CPU's board open to any sleeper
 //!   returning on that CPU, so that a CPU still busy with an earlier post's
 //!   sleepers helps too: a bulk wake-up of 4096 sleepers by nine `semop`
-//!   calls went from 1.15x to 0.63x the kernel's call per sleeper.
+//!   calls went from 1.15x to 0.63x the kernel's call per sleeper. With 4
+//!   or more CPUs, a CPU that holds 16 or more of a post's sleepers gets
+//!   the post's board open the same way (on 16 cores, the same bulk
+//!   wake-up with every sleeper on one CPU: 1.03x-1.18x to 0.51x-0.56x).
 //! * **Sleepers that poll before they sleep** (`queue.rs`): a blocked caller
 //!   polls for a budget each thread learns ([`set_sleeper_spin`]), and only
 //!   then sleeps; a waker only makes a futex call for a sleeper that really
