@@ -1651,12 +1651,12 @@ mod local_model {
     }
 }
 
-/// The model of a board left open ([`OPEN`]): a poster on CPU 0 delivers
-/// three sleepers of CPU 1, the third on the board, which it leaves open
-/// (one word is enough under loom); a sleeper of an earlier post returns on
-/// CPU 1 meanwhile and takes a chunk from the slot. Every word must be woken
-/// exactly once, and the slot must end empty or hold a board that the next
-/// sleeper to return drops, whatever the interleaving: the slot's reference
+/// The models of a board left open ([`OPEN`]). A poster delivers three
+/// sleepers and pushes each word right after its delivery, while a sleeper
+/// of an earlier post returns on CPU 1 and takes a chunk from that CPU's
+/// slot; then the handles help, and the next sleeper to return on each CPU
+/// drops a board left behind. Every word must be woken exactly once, and
+/// the slots must end empty, whatever the interleaving: a slot's reference
 /// is held by one party at a time, so no board is used after its free.
 #[cfg(all(test, loom))]
 mod open_model {
@@ -1665,108 +1665,70 @@ mod open_model {
 
     const SLEEPERS: usize = 3;
 
+    /// Posts the words of sleepers on `cpus` as `spread` shares them, one
+    /// sleeper returning on CPU 1 meanwhile (see the module documentation).
+    fn post_while_one_returns(mut spread: Spread, cpus: [u32; SLEEPERS]) {
+        let words: Arc<[AtomicU32; SLEEPERS]> =
+            Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
+        let returning = {
+            let words = Arc::clone(&words);
+            loom::thread::spawn(move || {
+                let mut woken = Vec::new();
+                help_open_board_on(1, |ws| {
+                    woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                    ws.len()
+                });
+                woken
+            })
+        };
+        let mut handles = Vec::new();
+        for (word, cpu) in words.iter().zip(cpus) {
+            handles.push(spread.handle_on(cpu));
+            spread.push_ptr(word);
+        }
+        let mut woken = Vec::new();
+        let mut record = |ws: &[*const AtomicU32]| {
+            woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+            ws.len()
+        };
+        spread.finish(&mut record);
+        for h in handles {
+            // SAFETY: each handle used once.
+            unsafe { h.help_with(&mut record) };
+        }
+        let mut woken_there = returning.join().unwrap();
+        for cpu in [0, 1] {
+            help_open_board_on(cpu, &mut record);
+            assert!(open_slot(cpu).unwrap().load(Ordering::Relaxed).is_null());
+        }
+        woken.append(&mut woken_there);
+        woken.sort_unstable();
+        assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+    }
+
+    /// [`SharingMode::Local`]: a poster on CPU 0, three sleepers of CPU 1,
+    /// the third on CPU 1's board, which it leaves open (one word is enough
+    /// under loom).
     #[test]
     fn a_board_left_open_is_woken_once_and_freed_once() {
         loom::model(|| {
-            let words: Arc<[AtomicU32; SLEEPERS]> =
-                Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
-            let returning = {
-                let words = Arc::clone(&words);
-                loom::thread::spawn(move || {
-                    let mut woken = Vec::new();
-                    help_open_board_on(1, |ws| {
-                        woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-                        ws.len()
-                    });
-                    woken
-                })
-            };
             model_cpu(0);
             let mut spread = Spread::new();
             spread.mode = SharingMode::Local;
             spread.leader_at = 2;
-            let mut handles = Vec::new();
-            for word in words.iter() {
-                handles.push(spread.handle_on(1));
-                spread.push_ptr(word);
-            }
-            let mut woken = Vec::new();
-            let mut record = |ws: &[*const AtomicU32]| {
-                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-                ws.len()
-            };
-            spread.finish(&mut record);
-            for h in handles {
-                // SAFETY: each handle used once.
-                unsafe { h.help_with(&mut record) };
-            }
-            let mut woken_there = returning.join().unwrap();
-            // The next sleeper to return there drops a board left behind.
-            help_open_board_on(1, &mut record);
-            assert!(open_slot(1).unwrap().load(Ordering::Relaxed).is_null());
-            woken.append(&mut woken_there);
-            woken.sort_unstable();
-            assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+            post_while_one_returns(spread, [1, 1, 1]);
         });
     }
-}
 
-/// The model of a [`SharingMode::Any`] post that crowds two CPUs: its
-/// three sleepers sleep on CPUs 0, 1 and 1, and a model's posts are small,
-/// so each CPU's first sleeper makes it crowded and the board is left in
-/// both CPUs' open slots, a reference in each. A sleeper of an earlier post
-/// returns on CPU 1 while the poster delivers and drains; the handles help
-/// after. Every word must be woken exactly once, and the board freed once
-/// and never used after, whatever the interleaving.
-#[cfg(all(test, loom))]
-mod any_open_model {
-    use super::*;
-    use loom::sync::Arc;
-
-    const SLEEPERS: usize = 3;
-
+    /// [`SharingMode::Any`]: sleepers on CPUs 0, 1 and 1; a model's posts are
+    /// small, so each CPU's first sleeper makes it crowded, and the post's
+    /// one board is left in both CPUs' slots, a reference in each.
     #[test]
     fn a_board_left_open_on_two_cpus_is_woken_once_and_freed_once() {
         loom::model(|| {
-            let words: Arc<[AtomicU32; SLEEPERS]> =
-                Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
-            let returning = {
-                let words = Arc::clone(&words);
-                loom::thread::spawn(move || {
-                    let mut woken = Vec::new();
-                    help_open_board_on(1, |ws| {
-                        woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-                        ws.len()
-                    });
-                    woken
-                })
-            };
             let mut spread = Spread::new();
             spread.mode = SharingMode::Any;
-            let mut handles = Vec::new();
-            for (word, cpu) in words.iter().zip([0, 1, 1]) {
-                handles.push(spread.handle_on(cpu));
-                spread.push_ptr(word);
-            }
-            let mut woken = Vec::new();
-            let mut record = |ws: &[*const AtomicU32]| {
-                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-                ws.len()
-            };
-            spread.finish(&mut record);
-            for h in handles {
-                // SAFETY: each handle used once.
-                unsafe { h.help_with(&mut record) };
-            }
-            let mut woken_there = returning.join().unwrap();
-            // The next sleepers to return there drop a board left behind.
-            for cpu in [0, 1] {
-                help_open_board_on(cpu, &mut record);
-                assert!(open_slot(cpu).unwrap().load(Ordering::Relaxed).is_null());
-            }
-            woken.append(&mut woken_there);
-            woken.sort_unstable();
-            assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
+            post_while_one_returns(spread, [0, 1, 1]);
         });
     }
 }
