@@ -1358,7 +1358,9 @@ fn counters_count_wakeups() {
 /// the woken, in both ways sharing has (by default `Any` only with 4 or
 /// more CPUs and `Local` with 2 or 3; forced here, for this whole test
 /// binary, so that every machine runs both). The sleepers are pinned round
-/// robin over the CPUs, so that `Local` sends a leader to each other CPU.
+/// robin over the CPUs, so that `Local` sends a leader to each other CPU;
+/// on up to 3 CPUs each CPU holds 16 or more of them, so that both modes
+/// also leave the post's board open to the sleepers returning there.
 /// Every sleeper must return, round after round: a wake that the poster and
 /// its helpers both left to the other would leave one asleep, and the
 /// watchdog fires.
@@ -1369,7 +1371,7 @@ fn a_post_shares_its_wake_ups_out_and_every_sleeper_returns() {
         "a_post_shares_its_wake_ups_out_and_every_sleeper_returns",
         Duration::from_secs(60),
     );
-    const SLEEPERS: usize = 24;
+    const SLEEPERS: usize = 48;
     let cpus = allowed_cpus();
     let s = SemSet::new(SLEEPERS).unwrap();
     thread::scope(|sc| {
