@@ -42,7 +42,15 @@ pub(crate) enum Wake {
 }
 
 /// Blocks while `*word == expected`, until woken or until `deadline`.
+///
+/// Always inlined into its caller: a thread that returns from a sleep runs
+/// on a stack that the other threads of its CPU have pushed out of the
+/// cache meanwhile, and every frame it returns through is one more line to
+/// fetch again and one more return the CPU mispredicts (this and
+/// `ksync::sem`'s sleeper wait, inlined: sembench `-t 250` from 0.915x to
+/// 0.94x the floor, median of 14 paired rounds, BENCHMARKS.md).
 #[cfg(all(not(loom), target_os = "linux"))]
+#[inline(always)]
 pub(crate) fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -> Wake {
     let timeout = match deadline {
         None => None,

@@ -110,7 +110,9 @@ pub(super) fn learn(budget: u32, completed_while_polling: bool) {
 }
 
 /// This thread's wait is over: a timed one teaches whether waits are long
-/// (`PollLearner::wait_ended`).
+/// (`PollLearner::wait_ended`). Inlined: the first call a woken owner
+/// makes, on a cold stack (`Sleeper::wait`).
+#[inline(always)]
 pub(super) fn wait_ended() {
     with_learner(PollLearner::wait_ended);
 }
@@ -353,6 +355,11 @@ impl Sleeper {
     /// on time-out (the node may still be queued: the caller settles that
     /// under the lock). `polled`: the caller already spent this wait's polls
     /// before it queued, so it sleeps at once.
+    ///
+    /// Always inlined into the call, as `futex::wait` is into it: the woken
+    /// owner returns on a cold stack, and each frame less is a line less to
+    /// fetch again (see `futex::wait`).
+    #[inline(always)]
     pub(super) fn wait(&self, deadline: Option<Instant>, polled: bool) -> Waited {
         // A caller that polled its semaphore's word before it queued spent
         // this wait's budget there (`SetShared::poll_lock_free`).
