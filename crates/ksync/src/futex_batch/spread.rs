@@ -365,8 +365,8 @@ const LEADER_AT: u32 = 3;
 
 /// [`SharingMode::Local`]: the other CPUs a post keeps a board for, the
 /// first met; the sleepers of any further CPU are the poster's to wake.
-/// [`SharingMode::Any`]: the CPUs a post counts its sleepers on
-/// ([`Crowds`]).
+/// [`SharingMode::Any`]: the CPUs a post counts its sleepers on. Either
+/// way, [`Met`].
 const SHARED_CPUS: usize = 8;
 
 /// The CPU the calling thread runs on, or [`UNKNOWN_CPU`]: for a sleeper
@@ -767,9 +767,8 @@ pub struct Spread {
     /// all, every word goes to `overflow` and is woken in one batch.
     mode: SharingMode,
     /// The post's boards: [`SharingMode::Any`], one, for every sleeper;
-    /// [`SharingMode::Local`], one per other CPU met (the first
-    /// [`SHARED_CPUS`]), counting its deliveries, whether or not it has
-    /// a board yet.
+    /// [`SharingMode::Local`], one per other CPU met, share `i` for `met`'s
+    /// CPU `i`.
     shares: [Share; SHARED_CPUS],
     shares_len: usize,
     /// Deliveries so far (under [`SharingMode::Any`], the first gets no
@@ -789,9 +788,8 @@ pub struct Spread {
     /// of pretend CPUs sets it out of reach, so that no real sleeper takes
     /// from it).
     open_at: usize,
-    /// [`SharingMode::Any`]: the deliveries per CPU, and where the board
-    /// was left open.
-    crowds: Crowds,
+    /// The deliveries per CPU, and where a board was left open.
+    met: Met,
     /// [`SharingMode::Any`]: the board entry of the first word whose
     /// sleeper can help. The first wake reaches it, with the words before
     /// it (the first delivery's, which has no handle): woken alone, that
@@ -806,29 +804,20 @@ pub struct Spread {
 /// One board of a post, and the poster's count of it.
 #[derive(Clone, Copy)]
 struct Share {
-    /// [`SharingMode::Local`]: the CPU whose sleepers it holds, and the
-    /// deliveries to it so far.
-    cpu: u32,
-    deliveries: u32,
     board: Option<NonNull<Board>>,
     /// Entries written (the poster's copy of the board's `len`).
     len: usize,
-    /// Handles to the board given out; settled in `finish_board`.
+    /// Handles to the board given out, and references left in open slots
+    /// ([`Met`]); settled in `finish_board`.
     handles: usize,
-    /// [`SharingMode::Local`]: the board was left in its CPU's
-    /// [`open_slot`], with a reference of its own (counted in `handles`).
-    open: bool,
 }
 
 impl Share {
-    const fn new(cpu: u32) -> Self {
+    const fn new() -> Self {
         Share {
-            cpu,
-            deliveries: 0,
             board: None,
             len: 0,
             handles: 0,
-            open: false,
         }
     }
 
@@ -861,7 +850,7 @@ impl Share {
 
     /// Owes `word` a wake on the board; false, and nothing done, if it is
     /// full.
-    fn push(&mut self, mode: SharingMode, open_at: usize, word: *const AtomicU32) -> bool {
+    fn push(&mut self, mode: SharingMode, word: *const AtomicU32) -> bool {
         if self.len == CAPACITY {
             return false;
         }
@@ -870,17 +859,13 @@ impl Share {
         // `len` is unpublished, so nobody else reads it.
         unsafe { board.as_ref() }.publish(self.len, word);
         self.len += 1;
-        if self.len == open_at && mode == SharingMode::Local {
-            self.open = self.leave_open(self.cpu, board);
-        }
         true
     }
 
     /// Leaves the board in `cpu`'s [`open_slot`], with a reference of its
     /// own, unless the slot holds another's: true if it did.
-    /// [`SharingMode::Local`]: the board's own CPU; [`SharingMode::Any`]:
-    /// each CPU crowded with the post's sleepers ([`Crowds`]).
-    fn leave_open(&mut self, cpu: u32, board: NonNull<Board>) -> bool {
+    fn leave_open(&mut self, cpu: u32, mode: SharingMode) -> bool {
+        let board = self.board(mode);
         let Some(slot) = open_slot(cpu) else {
             return false;
         };
@@ -915,10 +900,14 @@ fn take_back(cpu: u32, board: NonNull<Board>) -> usize {
     usize::from(taken)
 }
 
-/// [`SharingMode::Any`]: a post's deliveries to each CPU met (the first
-/// [`SHARED_CPUS`]), so that a CPU with many of its sleepers gets the
-/// board left in its open slot, as [`SharingMode::Local`] leaves a CPU's
-/// board.
+/// The CPUs a post's deliveries went to, the first [`SHARED_CPUS`] met: how
+/// many each, and whether a board of the post was left in the CPU's
+/// [`open_slot`] (a reference counted in that board's share's `handles`).
+/// [`SharingMode::Local`]: entry `i` is share `i`'s CPU, the poster's own
+/// not counted (its sleepers are the poster's), and a CPU's board is left
+/// open once it holds [`OPEN_AT`] words. [`SharingMode::Any`]: every CPU,
+/// for the post's one board, left open on a CPU crowded with the post's
+/// sleepers ([`OPEN_AT`] of them).
 ///
 /// Under [`SharingMode::Any`] a post's helpers are its own sleepers, and
 /// where they all sleep on one CPU (a program that binds them there, as
@@ -928,18 +917,16 @@ fn take_back(cpu: u32, board: NonNull<Board>) -> usize {
 /// local sharing, with its open boards, cost 0.49x. A post spread thin
 /// over many CPUs (sembench's 64 over 16) crowds none of them and leaves
 /// nothing open.
-struct Crowds {
+struct Met {
     cpu: [u32; SHARED_CPUS],
     deliveries: [u32; SHARED_CPUS],
-    /// The board was left in the CPU's open slot (one of the share's
-    /// `handles`).
     open: [bool; SHARED_CPUS],
     len: usize,
 }
 
-impl Crowds {
+impl Met {
     const fn new() -> Self {
-        Crowds {
+        Met {
             cpu: [UNKNOWN_CPU; SHARED_CPUS],
             deliveries: [0; SHARED_CPUS],
             open: [false; SHARED_CPUS],
@@ -947,8 +934,10 @@ impl Crowds {
         }
     }
 
-    /// Counts a delivery to `cpu`: its index if that makes `open_at`.
-    fn count(&mut self, cpu: u32, open_at: usize) -> Option<usize> {
+    /// Counts a delivery to `cpu`: its entry and the deliveries to it so
+    /// far; `None` for an unknown CPU or one past the first
+    /// [`SHARED_CPUS`] met.
+    fn count(&mut self, cpu: u32) -> Option<(usize, u32)> {
         if cpu == UNKNOWN_CPU {
             return None;
         }
@@ -962,7 +951,7 @@ impl Crowds {
             None => return None,
         };
         self.deliveries[i] += 1;
-        (self.deliveries[i] as usize == open_at).then_some(i)
+        Some((i, self.deliveries[i]))
     }
 }
 
@@ -970,7 +959,7 @@ impl Crowds {
 /// returning on that CPU may claim a few of ([`help_open_board`]), one
 /// sleeper at a time: under [`SharingMode::Local`] a board of that CPU's
 /// sleepers, under [`SharingMode::Any`] the post's one board, left in the
-/// slot of each CPU crowded with its sleepers ([`Crowds`]).
+/// slot of each CPU crowded with its sleepers ([`Met`]).
 ///
 /// A post's handles reach only the sleepers of that post, and a helper runs
 /// only once the scheduler runs it. Where a CPU is busy with the sleepers of
@@ -1162,7 +1151,7 @@ impl Spread {
     pub fn new() -> Self {
         Spread {
             mode: sharing_mode(),
-            shares: [Share::new(UNKNOWN_CPU); SHARED_CPUS],
+            shares: [Share::new(); SHARED_CPUS],
             shares_len: 0,
             deliveries: 0,
             role: Role::Poster,
@@ -1170,7 +1159,7 @@ impl Spread {
             me: UNKNOWN_CPU,
             leader_at: LEADER_AT,
             open_at: OPEN_AT,
-            crowds: Crowds::new(),
+            met: Met::new(),
             first_helper: None,
             overflow: Overflow::new(),
         }
@@ -1202,10 +1191,10 @@ impl Spread {
         self.role = match self.mode {
             SharingMode::Off => Role::Poster,
             SharingMode::Any => {
-                if let Some(i) = self.crowds.count(cpu, self.open_at) {
-                    let board = self.shares[0].board(self.mode);
-                    self.crowds.open[i] = self.shares[0].leave_open(cpu, board);
-                    self.shares_len = self.shares_len.max(1);
+                if let Some((at, n)) = self.met.count(cpu) {
+                    if n as usize == self.open_at {
+                        self.leave_open(0, at);
+                    }
                 }
                 Role::Led(0)
             }
@@ -1242,17 +1231,10 @@ impl Spread {
         if cpu == UNKNOWN_CPU || cpu == self.me {
             return Role::Poster;
         }
-        let met = &mut self.shares[..self.shares_len];
-        let Some(i) = met.iter().position(|s| s.cpu == cpu) else {
-            if self.shares_len < SHARED_CPUS {
-                self.shares[self.shares_len] = Share::new(cpu);
-                self.shares[self.shares_len].deliveries = 1;
-                self.shares_len += 1;
-            }
+        let Some((i, n)) = self.met.count(cpu) else {
             return Role::Poster;
         };
-        met[i].deliveries += 1;
-        match met[i].deliveries.cmp(&self.leader_at) {
+        match n.cmp(&self.leader_at) {
             core::cmp::Ordering::Less => Role::Poster,
             core::cmp::Ordering::Equal => Role::Leader(i),
             core::cmp::Ordering::Greater => Role::Led(i),
@@ -1287,11 +1269,20 @@ impl Spread {
         };
         self.shares_len = self.shares_len.max(share + 1);
         let at = self.shares[share].len;
-        if !self.shares[share].push(self.mode, self.open_at, word) {
+        if !self.shares[share].push(self.mode, word) {
             self.overflow.push(word);
+        } else if self.mode == SharingMode::Local && at + 1 == self.open_at {
+            self.leave_open(share, share);
         } else if helps && self.mode == SharingMode::Any && self.first_helper.is_none() {
             self.first_helper = Some(at);
         }
+    }
+
+    /// Leaves share `share`'s board in the open slot of `met`'s CPU `at`
+    /// (see [`OPEN`]).
+    fn leave_open(&mut self, share: usize, at: usize) {
+        self.shares_len = self.shares_len.max(share + 1);
+        self.met.open[at] = self.shares[share].leave_open(self.met.cpu[at], self.mode);
     }
 
     /// Words owed a wake.
@@ -1331,7 +1322,7 @@ impl Spread {
         self.role = Role::Poster;
         self.leaders = 0;
         self.me = UNKNOWN_CPU;
-        self.crowds = Crowds::new();
+        self.met = Met::new();
         self.first_helper = None;
         calls
     }
@@ -1345,7 +1336,7 @@ impl Spread {
         i: usize,
         mut wake: impl FnMut(&[*const AtomicU32]) -> usize,
     ) -> usize {
-        let share = core::mem::replace(&mut self.shares[i], Share::new(UNKNOWN_CPU));
+        let share = core::mem::replace(&mut self.shares[i], Share::new());
         let Some(board) = share.board else {
             return 0;
         };
@@ -1375,15 +1366,13 @@ impl Spread {
         // helpers and the poster have claimed everything: nothing waits
         // for a helper the scheduler has not run.
         calls += b.drain(POSTER_CHUNK, &mut wake);
-        // Each open slot's reference comes back if no sleeper holds it.
+        // Each open slot's reference to this board (its CPU's under
+        // `Local`, any CPU's under `Any`) comes back if no sleeper holds it.
         let mut handles = share.handles;
-        if share.open {
-            handles -= take_back(share.cpu, board);
-        }
-        if self.mode == SharingMode::Any {
-            let crowds = &self.crowds;
-            for (&cpu, _) in crowds.cpu.iter().zip(crowds.open).filter(|&(_, open)| open) {
-                handles -= take_back(cpu, board);
+        for at in 0..self.met.len {
+            let ours = self.mode == SharingMode::Any || at == i;
+            if ours && self.met.open[at] {
+                handles -= take_back(self.met.cpu[at], board);
             }
         }
         if b.drop_bias(handles) {
