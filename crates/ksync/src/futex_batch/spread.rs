@@ -602,10 +602,23 @@ impl Board {
         }
     }
 
-    /// Drops one handle's reference: true if it was the last.
-    fn drop_handle(&self) -> bool {
-        self.check_alive();
-        self.refs.fetch_sub(1, Ordering::AcqRel) == 1
+    /// Drops one handle's reference, and frees the board if it was the
+    /// last.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a reference to `board` (a handle's, or an open
+    /// slot's) and uses the board no more.
+    unsafe fn drop_handle(board: NonNull<Board>) {
+        // SAFETY: the caller's reference keeps the board alive until the
+        // decrement.
+        let b = unsafe { board.as_ref() };
+        b.check_alive();
+        if b.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: the last reference; the board came from
+            // `Box::into_raw`.
+            unsafe { free(board) };
+        }
     }
 
     /// Drops the poster's bias, settling the `handles` it gave out (each
@@ -735,10 +748,8 @@ impl Handle {
         // CPU (unless the scheduler has moved it since): its wakes cost no
         // IPI.
         let calls = b.drain(b.helper_chunk.load(Ordering::Relaxed), wake);
-        if b.drop_handle() {
-            // SAFETY: the last reference; the board came from `Box::into_raw`.
-            unsafe { free(board) };
-        }
+        // SAFETY: our reference, used no more.
+        unsafe { Board::drop_handle(board) };
         calls
     }
 }
@@ -1055,9 +1066,9 @@ fn help_open_board_on(cpu: u32, wake: impl FnOnce(&[*const AtomicU32]) -> usize)
                 Ordering::Relaxed,
             )
             .is_ok();
-    if !back && b.drop_handle() {
-        // SAFETY: the last reference; the board came from `Box::into_raw`.
-        unsafe { free(board) };
+    if !back {
+        // SAFETY: the slot's reference, ours, used no more.
+        unsafe { Board::drop_handle(board) };
     }
     batch.wake(wake)
 }
