@@ -19,6 +19,17 @@ use std::fmt;
 
 mod futex;
 mod futex_batch;
+mod ksync_sem;
+mod ksync_shared;
+mod posix;
+pub mod registry;
+mod sysv;
+
+pub use futex::{FutexChain, FutexSems};
+pub use futex_batch::FutexBatch;
+pub use ksync_shared::KsyncShared;
+pub use posix::PosixSems;
+pub use sysv::SysvSet;
 
 /// How ksync's sets and the `futex-batch` floor share a post's wake-ups
 /// out among the woken in this run (`ksync::futex_batch::sharing_mode`),
@@ -31,17 +42,6 @@ pub fn wake_sharing_name() -> &'static str {
         SharingMode::Local => "local",
     }
 }
-mod ksync_sem;
-mod ksync_shared;
-mod posix;
-pub mod registry;
-mod sysv;
-
-pub use futex::{FutexChain, FutexSems};
-pub use futex_batch::FutexBatch;
-pub use ksync_shared::KsyncShared;
-pub use posix::PosixSems;
-pub use sysv::SysvSet;
 
 /// A semaphore set, as each backend provides it (see the module
 /// documentation).
