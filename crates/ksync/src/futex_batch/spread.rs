@@ -1481,6 +1481,28 @@ fn index(words: &[AtomicU32], word: *const AtomicU32) -> usize {
         .expect("only pushed words are woken")
 }
 
+/// A model's poster finishes its post, then the sleepers holding `handles`
+/// help late, finding what is left, if anything: which of `words` they all
+/// woke.
+#[cfg(all(test, loom))]
+fn finish_and_help_late(
+    spread: &mut Spread,
+    handles: Vec<Handle>,
+    words: &[AtomicU32],
+) -> Vec<usize> {
+    let mut woken = Vec::new();
+    let mut record = |ws: &[*const AtomicU32]| {
+        woken.extend(ws.iter().map(|&w| index(words, w)));
+        ws.len()
+    };
+    spread.finish(&mut record);
+    for h in handles {
+        // SAFETY: each handle used once.
+        unsafe { h.help_with(&mut record) };
+    }
+    woken
+}
+
 /// The model: a poster delivers three sleepers (the last two get handles)
 /// and pushes each word right after its delivery, as `ksync::sem` does; the
 /// two sleepers help as soon as they see their result, while the poster may
@@ -1633,17 +1655,7 @@ mod local_model {
                 }
                 spread.push_ptr(&words[k]);
             }
-            let mut woken = Vec::new();
-            let mut record = |ws: &[*const AtomicU32]| {
-                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-                ws.len()
-            };
-            spread.finish(&mut record);
-            // The led sleepers help late, finding what is left, if anything.
-            for h in led {
-                // SAFETY: each handle used once.
-                unsafe { h.help_with(&mut record) };
-            }
+            let mut woken = finish_and_help_late(&mut spread, led, &words[..]);
             woken.extend(leader.join().unwrap());
             woken.sort_unstable();
             assert_eq!(woken, (0..SLEEPERS).collect::<Vec<_>>());
@@ -1686,19 +1698,13 @@ mod open_model {
             handles.push(spread.handle_on(cpu));
             spread.push_ptr(word);
         }
-        let mut woken = Vec::new();
-        let mut record = |ws: &[*const AtomicU32]| {
-            woken.extend(ws.iter().map(|&w| index(&words[..], w)));
-            ws.len()
-        };
-        spread.finish(&mut record);
-        for h in handles {
-            // SAFETY: each handle used once.
-            unsafe { h.help_with(&mut record) };
-        }
+        let mut woken = finish_and_help_late(&mut spread, handles, &words[..]);
         let mut woken_there = returning.join().unwrap();
         for cpu in [0, 1] {
-            help_open_board_on(cpu, &mut record);
+            help_open_board_on(cpu, |ws| {
+                woken.extend(ws.iter().map(|&w| index(&words[..], w)));
+                ws.len()
+            });
             assert!(open_slot(cpu).unwrap().load(Ordering::Relaxed).is_null());
         }
         woken.append(&mut woken_there);
