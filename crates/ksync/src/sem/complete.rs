@@ -34,11 +34,12 @@
 
 use super::counters::Counters;
 use super::mode::Held;
-use super::perform::{Attempt, Op};
+use super::perform::{would_block, Attempt, Op};
 use super::queue::{sem_bit, sem_mask, NodeRef, Sleeper, Waited, Wakeups, DONE};
 use super::state::SetShared;
 use super::wait_list::WaitList;
-use super::{SemBuf, SEM_UNDO};
+use super::word;
+use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
 use crate::prefetch;
 use crate::sync::Ordering;
 
@@ -479,6 +480,54 @@ impl SetShared {
         }
     }
 
+    /// The way in of the usual sleeper, a single operation without
+    /// `SEM_UNDO` or `IPC_NOWAIT` (sembench's workers, and every use of a
+    /// semaphore as a lock or an event count): takes its semaphore's lock
+    /// alone and, if the operation blocks at the value found, returns that
+    /// value with the lock held, for [`queue_single`](Self::queue_single).
+    /// `None`, with nothing held, if the set is in global mode or removed
+    /// (a removed set's words all carry `REMOVED`, which the lock turns
+    /// away) or if the operation can proceed now; the caller then takes
+    /// the general path, which locks and evaluates again.
+    ///
+    /// What it does is what the general path does for such a call
+    /// (`lock_for`, `perform`, `enqueue`, `unlock`), without a lock set
+    /// built for one semaphore, the evaluation's dispatch, or the choice
+    /// among the lists a complex call needs: those layers cost the worker
+    /// of sembench `-t 250` about 2% of its burn rate (BENCHMARKS.md, issue
+    /// 12's seventeenth round).
+    pub(super) fn lock_blocked_single(&self, sop: &SemBuf) -> Option<i32> {
+        debug_assert!(sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0);
+        let num = usize::from(sop.num);
+        let value = self.lock_sem(num).ok()?;
+        // The caller's own attempt, as `perform` counts it.
+        Counters::bump(&self.sems[num].counters.attempts, 1);
+        if would_block(sop, value) {
+            return Some(value);
+        }
+        Self::release(&self.sems[num], value, |w| w);
+        None
+    }
+
+    /// Queues `node`, the blocked single operation `sop`, on its
+    /// semaphore's own list (a wait for zero on the zero list, a decrement
+    /// on the alter list, as `enqueue` does in per-semaphore mode) and
+    /// releases the lock [`lock_blocked_single`](Self::lock_blocked_single)
+    /// took, with `value` unchanged and `SLEEPERS` set.
+    pub(super) fn queue_single(&self, sop: &SemBuf, value: i32, node: NodeRef) {
+        let sem = &self.sems[usize::from(sop.num)];
+        // SAFETY: we hold the semaphore's lock (`lock_blocked_single`),
+        // which protects its lists; the reference does not escape.
+        sem.lists.with_mut(|l| unsafe {
+            if sop.op == 0 {
+                (*l).zero.push_back(node);
+            } else {
+                (*l).alter.push_back(node);
+            }
+        });
+        Self::release(sem, value, |w| word::published(w, 0, true));
+    }
+
     /// Takes a timed-out sleeper off whatever list it is on. Returns false if
     /// it was on none (a waker got there first).
     pub(super) fn unlink(&self, held: &Held, sops: &[SemBuf], node: NodeRef) -> bool {
@@ -892,5 +941,61 @@ mod tests {
         assert_eq!(set.global.complex_count.load(Ordering::Relaxed), 0);
         assert_eq!(set.count_sleepers(&held, 0, false), 0);
         set.unlock(held);
+    }
+
+    /// The usual sleeper's way in queues it as the general path would: on
+    /// its own semaphore's alter or zero list, the value unchanged and
+    /// `SLEEPERS` set, its attempt counted; an operation that can proceed,
+    /// and a set in global mode or removed, are left to the general path
+    /// with nothing held.
+    #[test]
+    fn a_blocked_single_operation_queues_on_its_own_semaphore() {
+        use crate::sem::word::{LOCKED, SLEEPERS};
+        let sems = SemSet::new(2).unwrap();
+        sems.set_value(1, 3).unwrap();
+        let set = sems.shared();
+        let word = |num: usize| set.sems[num].word.load(Ordering::Relaxed);
+        let attempts = |num: usize| set.sems[num].counters.attempts.load(Ordering::Relaxed);
+        let lists = |num: usize| {
+            // SAFETY: no other thread uses the set.
+            set.sems[num]
+                .lists
+                .with(|l| unsafe { ((*l).alter.len(), (*l).zero.len()) })
+        };
+        let tried = (attempts(0), attempts(1));
+        // Semaphore 1 holds 3: a -1 and a -3 could proceed.
+        for op in [-1, -3] {
+            assert_eq!(set.lock_blocked_single(&sb(1, op)), None);
+            assert_eq!(word(1), 3, "released unchanged");
+        }
+        // A -1 on semaphore 0 (at 0) and a wait for zero on semaphore 1 block.
+        let (down, zero) = ([sb(0, -1)], [sb(1, 0)]);
+        let nodes = [
+            Sleeper::new(&down, None, 0, false),
+            Sleeper::new(&zero, None, 0, false),
+        ];
+        for (sops, node) in [(&down, &nodes[0]), (&zero, &nodes[1])] {
+            let num = usize::from(sops[0].num);
+            let value = set.lock_blocked_single(&sops[0]).expect("it blocks");
+            assert_eq!((value, word(num) & LOCKED), (set.word_value(num), LOCKED));
+            set.queue_single(&sops[0], value, NodeRef::new(node));
+        }
+        assert_eq!((word(0), word(1)), (SLEEPERS, 3 | SLEEPERS));
+        assert_eq!((lists(0), lists(1)), ((1, 0), (0, 1)));
+        assert_eq!((attempts(0) - tried.0, attempts(1) - tried.1), (1, 3));
+        assert_eq!((sems.ncnt(0), sems.zcnt(1)), (Ok(1), Ok(1)));
+        // Under the global lock (global mode) nothing is taken.
+        let held = set.lock_global();
+        assert_eq!(set.lock_blocked_single(&sb(0, -1)), None);
+        set.unlock(held);
+        // Posts complete them as they complete any sleeper.
+        sems.semop(&[sb(0, 1)]).unwrap();
+        sems.set_value(1, 0).unwrap();
+        let status = nodes.each_ref().map(|n| n.status.load(Ordering::Relaxed));
+        assert_eq!(status, [DONE, DONE]);
+        assert_eq!((word(0), word(1)), (0, 0));
+        // A removed set's words turn the lock away.
+        sems.remove().unwrap();
+        assert_eq!(set.lock_blocked_single(&sb(0, -1)), None);
     }
 }

@@ -96,18 +96,21 @@ fn blocked(index: usize, sop: &SemBuf) -> Attempt {
     }
 }
 
+/// Whether operation `sop` must wait at `value`: a wait for zero on a
+/// non-zero value, or a decrement below zero.
+pub(super) fn would_block(sop: &SemBuf, value: i32) -> bool {
+    (sop.op == 0 && value != 0) || value + i32::from(sop.op) < 0
+}
+
 /// What operation `sop`, at `index` in its array, makes of `value`: the
 /// value after it, or the outcome that decides the call there (a block, with
 /// `IPC_NOWAIT` a failure, or a result out of range). The same rule for
 /// every evaluation below.
 fn step(index: usize, sop: &SemBuf, value: i32) -> Result<i32, Attempt> {
-    if sop.op == 0 && value != 0 {
+    if would_block(sop, value) {
         return Err(blocked(index, sop));
     }
     let result = value + i32::from(sop.op);
-    if result < 0 {
-        return Err(blocked(index, sop));
-    }
     if result > SEMVMX {
         return Err(Attempt::Failed(SemError::Range));
     }

@@ -257,6 +257,9 @@ pub(super) struct Sleeper {
 }
 
 impl Sleeper {
+    /// Inlined: a call of one operation (`SetShared::lock_blocked_single`)
+    /// builds its node with the loops and the undo choice folded away.
+    #[inline]
     pub(super) fn new(
         sops: &[SemBuf],
         undo: Option<&UndoEntry>,

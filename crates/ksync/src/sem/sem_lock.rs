@@ -260,8 +260,9 @@ impl SetShared {
         }
     }
 
-    /// Takes semaphore `num`'s lock; returns its value.
-    fn lock_sem(&self, num: usize) -> Result<i32, Diverted> {
+    /// Takes semaphore `num`'s lock; returns its value. Released with
+    /// [`release`](Self::release).
+    pub(super) fn lock_sem(&self, num: usize) -> Result<i32, Diverted> {
         let sem = &self.sems[num];
         let current = sem.word.load(Ordering::Relaxed);
         if current & (LOCKED | GLOBAL | REMOVED) == 0

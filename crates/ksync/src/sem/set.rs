@@ -7,8 +7,9 @@
 //! `sem_lock.rs`); the evaluation (`perform.rs`); on success the completion
 //! of every sleeper it enabled (`complete.rs`), and the wake-ups after the
 //! locks are dropped; on a block, the sleeper queued (`complete.rs`; a
-//! complex call first enters global mode) and its wait for a waker's result
-//! (`queue.rs`). Control calls on one semaphore take that semaphore's lock,
+//! single operation found blocked under its semaphore's lock alone, without
+//! the general path's lock set, a complex call after entering global mode)
+//! and its wait for a waker's result (`queue.rs`). Control calls on one semaphore take that semaphore's lock,
 //! the others the global lock; they change what they change and complete
 //! sleepers the same way.
 
@@ -30,7 +31,7 @@ use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
 use super::wait_list::WaitList;
 use super::word::REMOVED;
-use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX};
+use super::{SemBuf, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 
@@ -72,6 +73,15 @@ impl core::fmt::Debug for SemSet {
             .field("removed", &self.shared.is_deleted())
             .finish()
     }
+}
+
+/// The lock a blocked call queues under.
+enum Locked {
+    /// Its one semaphore's, taken by `SetShared::lock_blocked_single`,
+    /// which found the semaphore at this value.
+    Single(i32),
+    /// What the general path took.
+    General(Held),
 }
 
 fn decode(status: u32) -> Result<(), SemError> {
@@ -231,51 +241,69 @@ impl SemSet {
         } else {
             Claim::take()
         };
-        let mut held = set.lock_for(sops);
-        let blocked_at = loop {
-            if set.is_deleted() {
-                set.unlock(held);
-                return Err(SemError::Removed);
+        // The usual sleeper, one operation that blocks, queues under its
+        // semaphore's lock alone (`SetShared::lock_blocked_single`); every
+        // other call, and one that finds the set in global mode or its
+        // operation able to proceed, takes the general path.
+        let single = match sops {
+            [sop]
+                if timeout != Some(Duration::ZERO) && sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0 =>
+            {
+                set.lock_blocked_single(sop)
             }
-            match set.perform(&held, &op) {
-                Attempt::Done => {
-                    let mut wakeups = Wakeups::default();
-                    if scan.alter {
-                        set.smart_update(&held, Changed::Ops(sops), true, &mut wakeups);
-                    } else {
-                        set.touch_otime(usize::from(sops[0].num));
+            _ => None,
+        };
+        let (locked, blocked_at) = match single {
+            Some(value) => (Locked::Single(value), 0),
+            None => {
+                let mut held = set.lock_for(sops);
+                let blocked_at = loop {
+                    if set.is_deleted() {
+                        set.unlock(held);
+                        return Err(SemError::Removed);
                     }
-                    set.unlock(held);
-                    set.wake(wakeups, &set.sems[usize::from(sops[0].num)].counters);
-                    return Ok(());
-                }
-                Attempt::Failed(e) => {
-                    set.unlock(held);
-                    return Err(e);
-                }
-                Attempt::Blocked(_) if timeout == Some(Duration::ZERO) => {
-                    set.unlock(held);
-                    return Err(SemError::Again);
-                }
-                // A complex sleeper waits in global mode, where its FIFO
-                // order against every other alter sleeper is kept: start
-                // over under the global lock (the values may change
-                // meanwhile, so the call is evaluated again). Before that
-                // it polls its semaphores' values, the release it waits
-                // for may be a moment away; only a call found blocked polls,
-                // so calls that meet a lock but never block do not spin.
-                Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
-                    set.unlock(held);
-                    if set.polls_quiet_before_queueing(sops, scan.dupsop) {
-                        match set.poll_quiet(sops, deadline, spin_budget()) {
-                            Polled::Done(done) => return done,
-                            Polled::Spent => polled = true,
-                            Polled::Queue => {}
+                    match set.perform(&held, &op) {
+                        Attempt::Done => {
+                            let mut wakeups = Wakeups::default();
+                            if scan.alter {
+                                set.smart_update(&held, Changed::Ops(sops), true, &mut wakeups);
+                            } else {
+                                set.touch_otime(usize::from(sops[0].num));
+                            }
+                            set.unlock(held);
+                            set.wake(wakeups, &set.sems[usize::from(sops[0].num)].counters);
+                            return Ok(());
                         }
+                        Attempt::Failed(e) => {
+                            set.unlock(held);
+                            return Err(e);
+                        }
+                        Attempt::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                            set.unlock(held);
+                            return Err(SemError::Again);
+                        }
+                        // A complex sleeper waits in global mode, where its FIFO
+                        // order against every other alter sleeper is kept: start
+                        // over under the global lock (the values may change
+                        // meanwhile, so the call is evaluated again). Before that
+                        // it polls its semaphores' values, the release it waits
+                        // for may be a moment away; only a call found blocked polls,
+                        // so calls that meet a lock but never block do not spin.
+                        Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
+                            set.unlock(held);
+                            if set.polls_quiet_before_queueing(sops, scan.dupsop) {
+                                match set.poll_quiet(sops, deadline, spin_budget()) {
+                                    Polled::Done(done) => return done,
+                                    Polled::Spent => polled = true,
+                                    Polled::Queue => {}
+                                }
+                            }
+                            held = set.lock_global();
+                        }
+                        Attempt::Blocked(i) => break i,
                     }
-                    held = set.lock_global();
-                }
-                Attempt::Blocked(i) => break i,
+                };
+                (Locked::General(held), blocked_at)
             }
         };
         let in_frame;
@@ -288,8 +316,13 @@ impl SemSet {
             }
         };
         let node = NodeRef::new(sleeper);
-        set.enqueue(&held, sops, scan.alter, node);
-        set.unlock(held);
+        match locked {
+            Locked::Single(value) => set.queue_single(&sops[0], value, node),
+            Locked::General(held) => {
+                set.enqueue(&held, sops, scan.alter, node);
+                set.unlock(held);
+            }
+        }
 
         let waited = sleeper.wait(deadline, polled);
         // Woken or timed out, the wait is over (`poll_learner`).
