@@ -493,9 +493,9 @@ impl SetShared {
     /// What it does is what the general path does for such a call
     /// (`lock_for`, `perform`, `enqueue`, `unlock`), without a lock set
     /// built for one semaphore, the evaluation's dispatch, or the choice
-    /// among the lists a complex call needs: those layers cost the worker
-    /// of sembench `-t 250` about 2% of its burn rate (BENCHMARKS.md, issue
-    /// 12's seventeenth round).
+    /// among the lists a complex call needs: without them sembench `-t 250`
+    /// burns about 1% faster on two CPUs, where its workers' CPU time is
+    /// what bounds it (BENCHMARKS.md, issue 12's seventeenth round).
     pub(super) fn lock_blocked_single(&self, sop: &SemBuf) -> Option<i32> {
         debug_assert!(sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0);
         let num = usize::from(sop.num);

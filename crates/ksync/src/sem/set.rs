@@ -9,9 +9,9 @@
 //! locks are dropped; on a block, the sleeper queued (`complete.rs`; a
 //! single operation found blocked under its semaphore's lock alone, without
 //! the general path's lock set, a complex call after entering global mode)
-//! and its wait for a waker's result (`queue.rs`). Control calls on one semaphore take that semaphore's lock,
-//! the others the global lock; they change what they change and complete
-//! sleepers the same way.
+//! and its wait for a waker's result (`queue.rs`). Control calls on one
+//! semaphore take that semaphore's lock, the others the global lock; they
+//! change what they change and complete sleepers the same way.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
