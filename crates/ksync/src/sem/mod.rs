@@ -53,7 +53,9 @@
 //!   the same way, its linearization point. Those locks are marked quiet,
 //!   which keeps every other writer off the word, so their release is a
 //!   plain store: two atomic instructions for two semaphores
-//!   (`SetShared::try_quiet`).
+//!   (`SetShared::try_quiet`). A single operation that blocks queues under
+//!   its semaphore's lock alone, without the general path's lock set
+//!   (`SetShared::lock_blocked_single`).
 //! * **Misses that overlap**: a post to many semaphores prefetches their
 //!   words and their first sleepers' nodes before it walks them, a scan of a
 //!   wait list asks for each node a few entries ahead, the nodes sit side by
