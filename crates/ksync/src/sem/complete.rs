@@ -39,7 +39,7 @@ use super::queue::{sem_bit, sem_mask, NodeRef, Sleeper, Waited, Wakeups, DONE};
 use super::state::SetShared;
 use super::wait_list::WaitList;
 use super::word;
-use super::{SemBuf, IPC_NOWAIT, SEM_UNDO};
+use super::{SemBuf, SEM_UNDO};
 use crate::prefetch;
 use crate::sync::Ordering;
 
@@ -480,15 +480,16 @@ impl SetShared {
         }
     }
 
-    /// The way in of the usual sleeper, a single operation without
-    /// `SEM_UNDO` or `IPC_NOWAIT` (sembench's workers, and every use of a
-    /// semaphore as a lock or an event count): takes its semaphore's lock
-    /// alone and, if the operation blocks at the value found, returns that
-    /// value with the lock held, for [`queue_single`](Self::queue_single).
-    /// `None`, with nothing held, if the set is in global mode or removed
-    /// (a removed set's words all carry `REMOVED`, which the lock turns
-    /// away) or if the operation can proceed now; the caller then takes
-    /// the general path, which locks and evaluates again.
+    /// The way in of the usual sleeper, a single operation that may block
+    /// ([`polls_before_queueing`](Self::polls_before_queueing): sembench's
+    /// workers, and every use of a semaphore as a lock or an event count):
+    /// takes its semaphore's lock alone and, if the operation blocks at the
+    /// value found, counts the attempt and returns that value with the lock
+    /// held, for [`queue_single`](Self::queue_single). `None`, with nothing
+    /// held and nothing counted, if the set is in global mode or removed (a
+    /// removed set's words all carry `REMOVED`, which the lock turns away)
+    /// or if the operation can proceed now; the caller then takes the
+    /// general path, which locks, evaluates again and counts its attempt.
     ///
     /// What it does is what the general path does for such a call
     /// (`lock_for`, `perform`, `enqueue`, `unlock`), without a lock set
@@ -497,12 +498,12 @@ impl SetShared {
     /// burns about 1% faster on two CPUs, where its workers' CPU time is
     /// what bounds it (BENCHMARKS.md, issue 12's seventeenth round).
     pub(super) fn lock_blocked_single(&self, sop: &SemBuf) -> Option<i32> {
-        debug_assert!(sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0);
+        debug_assert!(self.polls_before_queueing(sop));
         let num = usize::from(sop.num);
         let value = self.lock_sem(num).ok()?;
-        // The caller's own attempt, as `perform` counts it.
-        Counters::bump(&self.sems[num].counters.attempts, 1);
         if would_block(sop, value) {
+            // The caller's own attempt, as `perform` counts it.
+            Counters::bump(&self.sems[num].counters.attempts, 1);
             return Some(value);
         }
         Self::release(&self.sems[num], value, |w| w);
@@ -947,7 +948,7 @@ mod tests {
     /// its own semaphore's alter or zero list, the value unchanged and
     /// `SLEEPERS` set, its attempt counted; an operation that can proceed,
     /// and a set in global mode or removed, are left to the general path
-    /// with nothing held.
+    /// with nothing held and nothing counted.
     #[test]
     fn a_blocked_single_operation_queues_on_its_own_semaphore() {
         use crate::sem::word::{LOCKED, SLEEPERS};
@@ -982,7 +983,9 @@ mod tests {
         }
         assert_eq!((word(0), word(1)), (SLEEPERS, 3 | SLEEPERS));
         assert_eq!((lists(0), lists(1)), ((1, 0), (0, 1)));
-        assert_eq!((attempts(0) - tried.0, attempts(1) - tried.1), (1, 3));
+        // One attempt each for the calls that queued; the two given back
+        // count theirs on the general path, not here.
+        assert_eq!((attempts(0) - tried.0, attempts(1) - tried.1), (1, 1));
         assert_eq!((sems.ncnt(0), sems.zcnt(1)), (Ok(1), Ok(1)));
         // Under the global lock (global mode) nothing is taken.
         let held = set.lock_global();

@@ -257,8 +257,9 @@ pub(super) struct Sleeper {
 }
 
 impl Sleeper {
-    /// Inlined: a call of one operation (`SetShared::lock_blocked_single`)
-    /// builds its node with the loops and the undo choice folded away.
+    /// Inlined into `SemSet::op`, which builds every blocked call's node:
+    /// one call frame less on the way to sleep (measured together with
+    /// `SetShared::lock_blocked_single`, BENCHMARKS.md).
     #[inline]
     pub(super) fn new(
         sops: &[SemBuf],

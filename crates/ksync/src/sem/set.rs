@@ -31,7 +31,7 @@ use super::state::{Global, Mode, Sem, SemLists, SetShared};
 use super::undo::SemUndo;
 use super::wait_list::WaitList;
 use super::word::REMOVED;
-use super::{SemBuf, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
+use super::{SemBuf, SEMMSL, SEMOPM, SEMVMX};
 use crate::sync::unmodelled::AtomicU64 as CounterU64;
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, Ordering, UnsafeCell};
 
@@ -218,13 +218,18 @@ impl SemSet {
             undo: entry.as_deref(),
             dupsop: scan.dupsop,
         };
-        // A single operation that may block polls its word before it
+        // A single operation that may block (a decrement or a wait for
+        // zero, without `SEM_UNDO` or `IPC_NOWAIT`) polls its word before it
         // queues; if it spent its budget there, it sleeps at once once
         // queued, without polling its status word as well. (A call on
         // several semaphores polls once it found itself blocked, below.)
+        // A post that missed the lock-free path is not one: it found a flag,
+        // and the general path is its way.
+        let may_block_alone = sops.len() == 1
+            && timeout != Some(Duration::ZERO)
+            && set.polls_before_queueing(&sops[0]);
         let mut polled = false;
-        if sops.len() == 1 && timeout != Some(Duration::ZERO) && set.polls_before_queueing(&sops[0])
-        {
+        if may_block_alone {
             match set.poll_lock_free(&sops[0], deadline) {
                 Polled::Done(done) => return done,
                 Polled::Spent => polled = true,
@@ -241,17 +246,14 @@ impl SemSet {
         } else {
             Claim::take()
         };
-        // The usual sleeper, one operation that blocks, queues under its
+        // The usual sleeper, that operation found blocked, queues under its
         // semaphore's lock alone (`SetShared::lock_blocked_single`); every
         // other call, and one that finds the set in global mode or its
         // operation able to proceed, takes the general path.
-        let single = match sops {
-            [sop]
-                if timeout != Some(Duration::ZERO) && sop.flags & (SEM_UNDO | IPC_NOWAIT) == 0 =>
-            {
-                set.lock_blocked_single(sop)
-            }
-            _ => None,
+        let single = if may_block_alone {
+            set.lock_blocked_single(&sops[0])
+        } else {
+            None
         };
         let (locked, blocked_at) = match single {
             Some(value) => (Locked::Single(value), 0),
