@@ -6,6 +6,7 @@
 //! prints sembench's own lines, then a table compares them.
 
 use super::{ComparePart, Quick};
+use crate::harness::line_trip;
 use crate::output::lab::Lab;
 use crate::output::record::{ratio_to, Measured, Record};
 use crate::output::summary::SummaryRow;
@@ -113,11 +114,16 @@ impl Args {
 
 /// sembench's output lines (0.2 format) for `backend`'s run, plus ksync's
 /// counters and Manfred Spraul's lock statistics line.
-fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
+fn lines(o: &Outcome, backend: &SemEntry, trip_ns: Option<f64>) -> Vec<String> {
     let mut lines = vec![format!(
         "{} threads, waking {} at a time",
         o.threads, o.wake
     )];
+    if let Some(ns) = trip_ns {
+        lines.push(format!(
+            "a cache line's round trip between the first two CPUs: {ns:.0} ns, just before the run"
+        ));
+    }
     if let Some(p) = o.processes {
         lines.push(format!(
             "workers in {p} child processes, the main thread in the parent"
@@ -245,7 +251,13 @@ fn lines(o: &Outcome, backend: &SemEntry) -> Vec<String> {
 
 /// One run's record: `burns_per_s` (also as `ops_per_s`, the throughput
 /// `--plot` draws), the main thread's burns, fairness, ksync's counters.
-fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option<u32>) -> Record {
+fn record(
+    o: &Outcome,
+    backend: &SemEntry,
+    config: &Config,
+    sleeper_spin: Option<u32>,
+    trip_ns: Option<f64>,
+) -> Record {
     let per_burn = |n: u64| n as f64 / o.total().max(1) as f64;
     let mut r = Record::new(
         "sembench",
@@ -306,6 +318,9 @@ fn record(o: &Outcome, backend: &SemEntry, config: &Config, sleeper_spin: Option
         per_burn(o.usage.involuntary_switches),
     )
     .metric("main_cpu_share", o.main_cpu_share());
+    if let Some(ns) = trip_ns {
+        r = r.metric("line_trip_ns", ns);
+    }
     if let Some(p) = config.processes {
         r = r.param("processes", p);
     }
@@ -362,13 +377,19 @@ fn measure_all(
         &labels,
         |p| {
             let backend = backends[p];
+            // The machine's state as the run starts (`line_trip`): on a
+            // guest it can change from one run to the next.
+            let trip_ns = line_trip::first_two_cpus();
             let o = backend
                 .dispatch(Sembench(config))
                 .map_err(|e| format!("sembench -o {}: {e}", backend.name))?;
             if print {
-                printer(&format!("\n{}\n", self::lines(&o, backend).join("\n")));
+                printer(&format!(
+                    "\n{}\n",
+                    self::lines(&o, backend, trip_ns).join("\n")
+                ));
             }
-            Ok(record(&o, backend, config, sleeper_spin))
+            Ok(record(&o, backend, config, sleeper_spin, trip_ns))
         },
         |round| {
             for (name, base) in [("x_sysv", kernel), ("x_floor", floor)] {
@@ -460,6 +481,7 @@ fn breakdown(points: &[Measured]) -> Table {
         "lock waits",
         "polls",
         "main on cpu",
+        "line trip ns",
     ]);
     for m in points {
         table.row(vec![
@@ -473,6 +495,7 @@ fn breakdown(points: &[Measured]) -> Table {
             m.show_or_dash("lock_waits_per_burn", 3),
             m.show_or_dash("polls_per_burn", 1),
             m.show_or_dash("main_cpu_share", 2),
+            m.show_or_dash("line_trip_ns", 0),
         ]);
     }
     table.note(format!(
@@ -487,7 +510,10 @@ fn breakdown(points: &[Measured]) -> Table {
          the others there): {} in this run; wake calls then include the woken's. \
          main on cpu: the posting main thread's CPU time over the run's; it never sleeps, so \
          below 1 it waited for a CPU (the main thread is not bound; the workers bound to the \
-         CPU it runs on take their turns), and a poster that waits posts less.",
+         CPU it runs on take their turns), and a poster that waits posts less. line trip: a \
+         cache line's round trip between the first two CPUs, measured just before each run \
+         (`-` with one CPU); on a virtual machine it follows where the host put the vCPUs, \
+         and every handshake between the poster and a polling worker pays it.",
         wake_sharing_name()
     ));
     table
