@@ -4,8 +4,8 @@
 //!
 //! On a virtual machine it follows where the host has put the vCPUs, and
 //! that changes while the guest runs. On the 2-core AMD EPYC guest of
-//! BENCHMARKS.md it read 91-116 ns for some minutes and 360-400 ns for
-//! others, and sembench `-t 8 -w 4`'s ratio to the kernel followed it
+//! BENCHMARKS.md this probe read about 45 ns for some minutes and 360-400
+//! ns for others, and sembench `-t 8 -w 4`'s ratio to the kernel followed it
 //! (issue 12's eighteenth round). So sembench measures it just before each
 //! run, and a run can be read against the state the machine was in.
 
