@@ -397,8 +397,29 @@ fn measure_all(
                     ratio_to(round, base, "burns_per_s", name);
                 }
             }
+            mark_state_change(round);
         },
     )
+}
+
+/// Marks every run of `round` with `trip_changed` (1 or 0): whether the
+/// line trip measured before its runs (`line_trip_ns`) moved more than
+/// twofold within the round. The two states of the guest in BENCHMARKS.md
+/// read about 45 and 370 ns, while runs in one state stay within 30% of
+/// each other; a round that spans both compares two machines.
+fn mark_state_change(round: &mut [Record]) {
+    let trips = round
+        .iter()
+        .map(|r| r.get("line_trip_ns"))
+        .filter(|t| t.is_finite());
+    let (low, high) = trips.fold((f64::INFINITY, 0.0f64), |(lo, hi), t| {
+        (lo.min(t), hi.max(t))
+    });
+    let changed = high > 2.0 * low;
+    for r in round.iter_mut() {
+        r.metrics
+            .insert("trip_changed".into(), f64::from(u8::from(changed)));
+    }
 }
 
 /// The comparison table: medians (with `[min-max]` over `--repeat` runs),
@@ -449,6 +470,18 @@ fn table(points: &[Measured]) -> Table {
             ""
         },
     ));
+    if points
+        .iter()
+        .any(|m| m.max.get("trip_changed").is_some_and(|&v| v > 0.0))
+    {
+        table.note(
+            "In at least one round, a cache line's round trip between the first two CPUs, \
+             measured before each run (`line trip ns` below), moved more than twofold between \
+             the round's runs: the host moved the vCPUs within the round, so that round \
+             compares runs made on two different machines, in effect, and its ratios mix them."
+                .to_string(),
+        );
+    }
     let uneven: Vec<String> = points
         .iter()
         .filter(|m| m.max.get("polled_unevenly").is_some_and(|&v| v > 0.0))
@@ -583,5 +616,41 @@ impl ComparePart for InCompare {
             true,
             &refs,
         )])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round of runs whose probes read `trips` (NaN: no probe).
+    fn round(trips: &[f64]) -> Vec<Record> {
+        trips
+            .iter()
+            .map(|&t| {
+                let r = Record::new("sembench", "sembench -w 4", "sysv", false, 8);
+                if t.is_finite() {
+                    r.metric("line_trip_ns", t)
+                } else {
+                    r
+                }
+            })
+            .collect()
+    }
+
+    fn marks(trips: &[f64]) -> Vec<f64> {
+        let mut round = round(trips);
+        mark_state_change(&mut round);
+        round.iter().map(|r| r.get("trip_changed")).collect()
+    }
+
+    #[test]
+    fn a_round_whose_line_trip_moved_twofold_is_marked_in_every_run() {
+        assert_eq!(marks(&[45.0, 372.0, 44.0]), [1.0; 3]);
+        assert_eq!(marks(&[45.0, 52.0, 44.0]), [0.0; 3]);
+        assert_eq!(marks(&[370.0, 400.0]), [0.0; 2]);
+        // Without a probe (one CPU) nothing can be said.
+        assert_eq!(marks(&[f64::NAN, f64::NAN]), [0.0; 2]);
+        assert_eq!(marks(&[45.0, f64::NAN]), [0.0; 2]);
     }
 }
