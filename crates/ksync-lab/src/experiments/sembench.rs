@@ -476,9 +476,9 @@ fn table(points: &[Measured]) -> Table {
     {
         table.note(
             "In at least one round, a cache line's round trip between the first two CPUs, \
-             measured before each run (`line trip ns` below), moved more than twofold between \
-             the round's runs: the host moved the vCPUs within the round, so that round \
-             compares runs made on two different machines, in effect, and its ratios mix them."
+             measured before each run, moved more than twofold between the round's runs: the \
+             host moved the vCPUs within the round, so that round compares runs made on two \
+             different machines, in effect, and its ratios mix them."
                 .to_string(),
         );
     }
