@@ -24,7 +24,7 @@ use super::error::{check_num, SemError};
 use super::lock::new_global_lock;
 use super::mode::Held;
 use super::node_pool::Claim;
-use super::perform::{scan, Attempt, Op};
+use super::perform::{scan, Attempt, Op, Scan};
 use super::queue::{spin_budget, wait_ended, NodeRef, Polled, Sleeper, Wakeups, DONE};
 use super::stamp::{current_pid, now_secs, system_time};
 use super::state::{Global, Mode, Sem, SemLists, SetShared};
@@ -73,6 +73,15 @@ impl core::fmt::Debug for SemSet {
             .field("removed", &self.shared.is_deleted())
             .finish()
     }
+}
+
+/// How the general path's locking and evaluation of a call ended
+/// (`SemSet::lock_and_perform`).
+enum Performed {
+    /// The call is over, with this result.
+    Ended(Result<(), SemError>),
+    /// It blocks, at this operation, and queues under this lock.
+    Blocked(Locked, usize),
 }
 
 /// The lock a blocked call queues under.
@@ -257,56 +266,10 @@ impl SemSet {
         };
         let (locked, blocked_at) = match single {
             Some(value) => (Locked::Single(value), 0),
-            None => {
-                let mut held = set.lock_for(sops);
-                let blocked_at = loop {
-                    if set.is_deleted() {
-                        set.unlock(held);
-                        return Err(SemError::Removed);
-                    }
-                    match set.perform(&held, &op) {
-                        Attempt::Done => {
-                            let mut wakeups = Wakeups::default();
-                            if scan.alter {
-                                set.smart_update(&held, Changed::Ops(sops), true, &mut wakeups);
-                            } else {
-                                set.touch_otime(usize::from(sops[0].num));
-                            }
-                            set.unlock(held);
-                            set.wake(wakeups, &set.sems[usize::from(sops[0].num)].counters);
-                            return Ok(());
-                        }
-                        Attempt::Failed(e) => {
-                            set.unlock(held);
-                            return Err(e);
-                        }
-                        Attempt::Blocked(_) if timeout == Some(Duration::ZERO) => {
-                            set.unlock(held);
-                            return Err(SemError::Again);
-                        }
-                        // A complex sleeper waits in global mode, where its FIFO
-                        // order against every other alter sleeper is kept: start
-                        // over under the global lock (the values may change
-                        // meanwhile, so the call is evaluated again). Before that
-                        // it polls its semaphores' values, the release it waits
-                        // for may be a moment away; only a call found blocked polls,
-                        // so calls that meet a lock but never block do not spin.
-                        Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
-                            set.unlock(held);
-                            if set.polls_quiet_before_queueing(sops, scan.dupsop) {
-                                match set.poll_quiet(sops, deadline, spin_budget()) {
-                                    Polled::Done(done) => return done,
-                                    Polled::Spent => polled = true,
-                                    Polled::Queue => {}
-                                }
-                            }
-                            held = set.lock_global();
-                        }
-                        Attempt::Blocked(i) => break i,
-                    }
-                };
-                (Locked::General(held), blocked_at)
-            }
+            None => match self.lock_and_perform(&op, &scan, timeout, deadline, &mut polled) {
+                Performed::Blocked(locked, at) => (locked, at),
+                Performed::Ended(result) => return result,
+            },
         };
         let in_frame;
         let node = Sleeper::new(sops, entry.as_deref(), blocked_at, scan.dupsop);
@@ -348,6 +311,75 @@ impl SemSet {
         debug_assert!(unlinked, "a sleeper without a result must be queued");
         set.unlock(held);
         Err(SemError::Again)
+    }
+
+    /// The general path's locking and evaluation of `op` (every call but
+    /// the usual sleeper's): the call's semaphores' locks, or the global
+    /// lock for a complex call that blocks, and the evaluation under them.
+    /// A call that completes, fails, or may not wait ends here, its
+    /// sleepers completed and woken; one that blocks returns the lock it
+    /// will queue under and the index of its blocking operation. A complex
+    /// call found blocked polls before it takes the global lock, and sets
+    /// `polled` when it spent its budget there. Inlined into `op`, whose
+    /// part it is.
+    #[inline(always)]
+    fn lock_and_perform(
+        &self,
+        op: &Op<'_>,
+        scan: &Scan,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        polled: &mut bool,
+    ) -> Performed {
+        let set = &*self.shared;
+        let sops = op.sops;
+        let mut held = set.lock_for(sops);
+        loop {
+            if set.is_deleted() {
+                set.unlock(held);
+                return Performed::Ended(Err(SemError::Removed));
+            }
+            match set.perform(&held, op) {
+                Attempt::Done => {
+                    let mut wakeups = Wakeups::default();
+                    if scan.alter {
+                        set.smart_update(&held, Changed::Ops(sops), true, &mut wakeups);
+                    } else {
+                        set.touch_otime(usize::from(sops[0].num));
+                    }
+                    set.unlock(held);
+                    set.wake(wakeups, &set.sems[usize::from(sops[0].num)].counters);
+                    return Performed::Ended(Ok(()));
+                }
+                Attempt::Failed(e) => {
+                    set.unlock(held);
+                    return Performed::Ended(Err(e));
+                }
+                Attempt::Blocked(_) if timeout == Some(Duration::ZERO) => {
+                    set.unlock(held);
+                    return Performed::Ended(Err(SemError::Again));
+                }
+                // A complex sleeper waits in global mode, where its FIFO
+                // order against every other alter sleeper is kept: start
+                // over under the global lock (the values may change
+                // meanwhile, so the call is evaluated again). Before that
+                // it polls its semaphores' values, the release it waits
+                // for may be a moment away; only a call found blocked polls,
+                // so calls that meet a lock but never block do not spin.
+                Attempt::Blocked(_) if sops.len() > 1 && !held.is_global() => {
+                    set.unlock(held);
+                    if set.polls_quiet_before_queueing(sops, scan.dupsop) {
+                        match set.poll_quiet(sops, deadline, spin_budget()) {
+                            Polled::Done(done) => return Performed::Ended(done),
+                            Polled::Spent => *polled = true,
+                            Polled::Queue => {}
+                        }
+                    }
+                    held = set.lock_global();
+                }
+                Attempt::Blocked(i) => return Performed::Blocked(Locked::General(held), i),
+            }
+        }
     }
 
     // ---- semctl ---------------------------------------------------------------
