@@ -470,10 +470,7 @@ fn table(points: &[Measured]) -> Table {
             ""
         },
     ));
-    if points
-        .iter()
-        .any(|m| m.max.get("trip_changed").is_some_and(|&v| v > 0.0))
-    {
+    if state_changed(points) {
         table.note(
             "In at least one round, a cache line's round trip between the first two CPUs, \
              measured before each run, moved more than twofold between the round's runs: the \
@@ -482,11 +479,7 @@ fn table(points: &[Measured]) -> Table {
                 .to_string(),
         );
     }
-    let uneven: Vec<String> = points
-        .iter()
-        .filter(|m| m.max.get("polled_unevenly").is_some_and(|&v| v > 0.0))
-        .map(|m| m.record.params.get("backend").cloned().unwrap_or_default())
-        .collect();
+    let uneven = polled_unevenly(points);
     if !uneven.is_empty() {
         table.note(format!(
             "In at least one run of {}, a few workers polled and cycled with the main thread \
@@ -497,6 +490,44 @@ fn table(points: &[Measured]) -> Table {
         ));
     }
     table
+}
+
+/// Whether a round of `points` spanned the guest's two states
+/// ([`mark_state_change`]).
+fn state_changed(points: &[Measured]) -> bool {
+    points
+        .iter()
+        .any(|m| m.max.get("trip_changed").is_some_and(|&v| v > 0.0))
+}
+
+/// The backends of `points` with a run whose workers polled unevenly
+/// ([`Outcome::polled_unevenly`]).
+fn polled_unevenly(points: &[Measured]) -> Vec<String> {
+    points
+        .iter()
+        .filter(|m| m.max.get("polled_unevenly").is_some_and(|&v| v > 0.0))
+        .map(|m| m.record.params.get("backend").cloned().unwrap_or_default())
+        .collect()
+}
+
+/// What the comparison table's notes say of `points`, in a few words for
+/// `compare`'s summary row, which shows the ratio without the table.
+fn caveat(points: &[Measured]) -> Option<String> {
+    let mut said = Vec::new();
+    let uneven = polled_unevenly(points);
+    if !uneven.is_empty() {
+        said.push(format!(
+            "in a run of {}, a few workers cycled with the main thread while the rest waited              for a CPU, so the ratio is not one of sleep-and-wake cycles alone (a run this              short is prone to it: use `sembench -r 2 --repeat 3`)",
+            uneven.join(", ")
+        ));
+    }
+    if state_changed(points) {
+        said.push(
+            "the host moved the vCPUs between the runs of a round (a cache line's round trip              between two CPUs moved more than twofold)"
+                .to_string(),
+        );
+    }
+    (!said.is_empty()).then(|| said.join("; and "))
 }
 
 /// What one worker burn cost each backend: CPU time, context switches
@@ -615,7 +646,8 @@ impl ComparePart for InCompare {
             1.0,
             true,
             &refs,
-        )])
+        )
+        .with_caveat(caveat(&points))])
     }
 }
 
@@ -652,5 +684,38 @@ mod tests {
         // Without a probe (one CPU) nothing can be said.
         assert_eq!(marks(&[f64::NAN, f64::NAN]), [0.0; 2]);
         assert_eq!(marks(&[45.0, f64::NAN]), [0.0; 2]);
+    }
+
+    #[test]
+    fn the_summary_row_repeats_what_the_table_notes_say() {
+        let point = |backend: &str, uneven: f64, trips: [f64; 2]| {
+            let runs = trips.map(|t| {
+                Record::new("sembench", "sembench -w 64", backend, false, 250)
+                    .param("backend", backend)
+                    .metric("line_trip_ns", t)
+                    .metric("polled_unevenly", uneven)
+            });
+            let mut runs = runs.to_vec();
+            mark_state_change(&mut runs);
+            Measured::from_runs(&runs)
+        };
+        let even = [
+            point("sysv", 0.0, [45.0, 50.0]),
+            point("ksync-sem", 0.0, [44.0, 46.0]),
+        ];
+        assert_eq!(caveat(&even), None);
+        let uneven = [
+            point("sysv", 0.0, [45.0, 50.0]),
+            point("ksync-sem", 1.0, [44.0, 46.0]),
+        ];
+        let said = caveat(&uneven).expect("an uneven run is a caveat");
+        assert!(said.contains("in a run of ksync-sem,"), "{said}");
+        assert!(!said.contains("vCPUs"), "{said}");
+        let moved = [
+            point("sysv", 0.0, [45.0, 370.0]),
+            point("ksync-sem", 0.0, [44.0, 46.0]),
+        ];
+        let said = caveat(&moved).expect("a round over two states is a caveat");
+        assert!(said.contains("moved the vCPUs"), "{said}");
     }
 }

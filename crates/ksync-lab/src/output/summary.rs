@@ -21,6 +21,12 @@ pub struct SummaryRow {
     /// ratio of the two medians above need not be.
     #[serde(default)]
     pub paired: Vec<(String, f64)>,
+    /// What the experiment's own notes say qualifies this row's runs (a
+    /// run that measured something else than intended, say), in a few
+    /// words: the summary marks the row's ratios and repeats it, so that a
+    /// reader of the summary alone is told too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caveat: Option<String>,
 }
 
 impl SummaryRow {
@@ -69,7 +75,13 @@ impl SummaryRow {
             best_peer,
             ksync,
             paired,
+            caveat: None,
         }
+    }
+
+    /// The row with `caveat` ([`SummaryRow::caveat`]), if there is one.
+    pub fn with_caveat(self, caveat: Option<String>) -> Self {
+        SummaryRow { caveat, ..self }
     }
 
     /// `name`'s figure as a multiple of the best peer's, oriented so that
@@ -120,10 +132,23 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
                 .as_ref()
                 .map_or("-".into(), |(name, v)| format!("{name} {}", fmt_value(*v))),
         ];
+        let mark = if row.caveat.is_some() {
+            CAVEAT_MARK
+        } else {
+            ""
+        };
         for name in &names {
-            cells.push(row.ratio(name).map_or("-".into(), ratio_text));
+            cells.push(
+                row.ratio(name)
+                    .map_or("-".into(), |r| format!("{}{mark}", ratio_text(r))),
+            );
         }
         t.row(cells);
+    }
+    for row in rows {
+        if let Some(caveat) = &row.caveat {
+            t.note(format!("{CAVEAT_MARK} {}: {caveat}", row.workload));
+        }
     }
     t.note(
         "Ratios: ksync's figure over the best peer's, inverted for lower-is-better units, so \
@@ -135,6 +160,10 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
     );
     t
 }
+
+/// Follows a ratio whose row has a [`SummaryRow::caveat`], and the note
+/// that gives it.
+const CAVEAT_MARK: &str = "*";
 
 fn fmt_value(v: f64) -> String {
     if v >= 100.0 {
@@ -157,6 +186,25 @@ mod tests {
         let b = Measured::from_runs(&[Record::new("u", "w", "peer", false, 1).metric("ns", 10.0)]);
         let row = SummaryRow::from_measured("u", "ns", "ns", 1.0, false, &[&a, &b]);
         assert_eq!(row.ratio("ours"), Some(2.0));
+    }
+
+    #[test]
+    fn a_row_with_a_caveat_marks_its_ratios_and_gives_the_caveat() {
+        let a = Measured::from_runs(&[Record::new("u", "w", "ours", true, 1).metric("ns", 5.0)]);
+        let b = Measured::from_runs(&[Record::new("u", "w", "peer", false, 1).metric("ns", 10.0)]);
+        let row = |caveat: Option<&str>| {
+            SummaryRow::from_measured("bench", "ns", "ns", 1.0, false, &[&a, &b])
+                .with_caveat(caveat.map(String::from))
+        };
+        let plain = summary_table(&[row(None)]).render();
+        assert!(plain.contains("| 2.00 "), "{plain}");
+        assert!(!plain.contains('*'), "{plain}");
+        let marked = summary_table(&[row(Some("a run measured something else"))]).render();
+        assert!(marked.contains("| 2.00* "), "{marked}");
+        assert!(
+            marked.contains("* bench: a run measured something else"),
+            "{marked}"
+        );
     }
 
     #[test]
