@@ -1,8 +1,9 @@
 //! loom models of every lock protocol. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
-//! Four models sit beside the private algorithms they check, in the
+//! Five models sit beside the private algorithms they check, in the
 //! library: the process-shared sets' owner-naming lock (`... --lib
-//! owner_lock`), the shared-out bulk wake-up (`--lib futex_batch::spread`),
+//! owner_lock`), their wake-ups owed and claimed (`--lib
+//! sem::owed_wakes`), the shared-out bulk wake-up (`--lib futex_batch::spread`),
 //! a semaphore's word lock against a quiet hold (`--lib sem::sem_lock`) and
 //! a call on several semaphores polling before it queues (`--lib
 //! sem::mode::loom_models`).

@@ -154,6 +154,8 @@ mod lock;
 mod mode;
 mod node_pool;
 #[cfg_attr(loom, allow(dead_code))]
+mod owed_wakes;
+#[cfg_attr(loom, allow(dead_code))]
 mod owner_lock;
 mod perform;
 mod queue;

@@ -17,12 +17,13 @@ use super::layout::{
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
 use super::procs::{registry, Me};
+use super::share;
 use super::wake::Change;
-use crate::futex_batch::{wake_all_in, Scope};
+use crate::futex_batch::sleeper_cpu;
 use crate::sem::counters::Counters;
 use crate::sem::stamp::{current_pid, now_secs};
 use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 
 /// The set's lock, held; dropping it publishes the results of the sleepers
 /// it completed and wakes them, after the lock is released.
@@ -183,6 +184,9 @@ impl<'a> Locked<'a> {
         self.map
             .word(at(sleeper::STATUS))
             .store(super::layout::WAITING, Ordering::Relaxed);
+        self.map
+            .word(at(sleeper::CPU))
+            .store(sleeper_cpu(), Ordering::Relaxed);
         self.map
             .word(layout.summary(slot))
             .store(summary::of(sops), Ordering::Relaxed);
@@ -648,18 +652,9 @@ impl Drop for Locked<'_> {
         Counters::bump(&counters.futex_wakes, self.woken.len() as u64);
         unlock(self.map, self.me);
         if !self.woken.is_empty() {
-            // All of them with one io_uring_enter where the kernel allows
-            // (`crate::futex_batch`): the kernel wakes a call's sleepers
-            // inside one semop too.
-            let words: Vec<*const AtomicU32> = self
-                .woken
-                .iter()
-                .map(|&slot| {
-                    self.map.word(layout.sleeper(slot, sleeper::STATUS)) as *const AtomicU32
-                })
-                .collect();
-            // SAFETY: words of our live mapping, which sleepers wait on.
-            let calls = unsafe { wake_all_in(Scope::Shared, &words) };
+            // Batched, and shared out with the sleepers it wakes where it
+            // has many (`share.rs`).
+            let calls = share::wake(self.map, &self.woken);
             Counters::add(&counters.outside.wake_calls, calls as u64);
         }
         self.touched.clear();

@@ -10,8 +10,9 @@ pub(super) const MAGIC: u32 = 0x4b53_454d;
 /// The layout's version; a file of another version is refused (`EINVAL`).
 /// Version 2 moved the queue's links out of the sleeper slots into the
 /// dense [`queue index`](Layout::link), beside a [`summary`] of each
-/// sleeper's semaphores.
-pub(super) const VERSION: u32 = 2;
+/// sleeper's semaphores. Version 3 added the bitmaps of sleepers owed a
+/// wake-up ([`Layout::owed`]) and each sleeper's CPU ([`sleeper::CPU`]).
+pub(super) const VERSION: u32 = 3;
 
 /// Processes that may use one set at the same time (each holds a slot while
 /// it has undo adjustments, sleepers, or the set's lock).
@@ -122,6 +123,10 @@ pub(super) mod sleeper {
     /// Index in the operation array of the operation that blocks
     /// (`GETNCNT` / `GETZCNT` count sleepers by it, as the kernel does).
     pub(crate) const BLOCKING: usize = 5;
+    /// The CPU the sleeper queued on (`futex_batch::sleeper_cpu`), which
+    /// tells a poster whose wake-ups its helpers there can make
+    /// (`share.rs`); a hint, never trusted for anything else.
+    pub(crate) const CPU: usize = 6;
     /// Operations follow, two words each: `num | (op as u16) << 16`, flags.
     pub(crate) const OPS: usize = 8;
 }
@@ -135,6 +140,18 @@ pub(super) const WAITING: u32 = 0;
 pub(super) const READY: u32 = 1;
 
 const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
+
+/// Bitmaps of sleepers owed a wake-up (`crate::sem::owed_wakes`), one per
+/// group of CPUs: the sleepers a post leaves to be woken by the sleepers it
+/// woke on the same CPUs (`share.rs`).
+pub(super) const OWED_GROUPS: usize = 8;
+/// Words of one bitmap: a bit per sleeper slot.
+pub(super) const OWED_WORDS: usize = NSLEEP / crate::sem::owed_wakes::BITS;
+/// Each bitmap starts a 128-byte block of its own (two cache lines, which
+/// x86 fetches in pairs): posters and helpers of one group do not take the
+/// lines of another's.
+const OWED_ALIGN: usize = 32;
+const _: () = assert!(OWED_WORDS.is_multiple_of(OWED_ALIGN));
 
 /// A queued sleeper's summary word in the queue index ([`Layout::summary`]):
 /// enough of its operations for a waker's walk of the queue to tell which of
@@ -197,6 +214,8 @@ pub(super) struct Layout {
     /// `NSLEEP` pairs: each sleeper slot's link and summary ([`Layout::link`]).
     pub(super) index: usize,
     pub(super) sleepers: usize,
+    /// [`OWED_GROUPS`] bitmaps of [`OWED_WORDS`] ([`Layout::owed`]).
+    pub(super) owed: usize,
     pub(super) words: usize,
 }
 
@@ -216,7 +235,8 @@ impl Layout {
         let procs = journal + 2 * journal_cap;
         let index = procs + NPROC * Self::proc_words(nsems);
         let sleepers = index + 2 * NSLEEP;
-        let words = sleepers + NSLEEP * SLEEPER_WORDS;
+        let owed = (sleepers + NSLEEP * SLEEPER_WORDS).next_multiple_of(OWED_ALIGN);
+        let words = owed + OWED_GROUPS * OWED_WORDS;
         Layout {
             nsems,
             sems,
@@ -228,6 +248,7 @@ impl Layout {
             procs,
             index,
             sleepers,
+            owed,
             words,
         }
     }
@@ -284,6 +305,13 @@ impl Layout {
         self.sleepers + slot * SLEEPER_WORDS + field
     }
 
+    /// The words of group `group`'s bitmap of sleepers owed a wake-up
+    /// (`group < OWED_GROUPS`).
+    pub(super) fn owed(&self, group: usize) -> std::ops::Range<usize> {
+        let start = self.owed + group * OWED_WORDS;
+        start..start + OWED_WORDS
+    }
+
     /// The journal word range: never a journal entry's target.
     pub(super) fn is_journal(&self, word: usize) -> bool {
         (self.journal..self.procs).contains(&word) || word == header::JOURNAL_LEN
@@ -320,7 +348,9 @@ mod tests {
             assert!(l.journal + 2 * l.journal_cap <= l.procs);
             assert!(l.adj(NPROC - 1, n - 1) < l.index);
             assert!(l.summary(NSLEEP - 1) < l.sleepers);
-            assert!(l.sleeper(NSLEEP - 1, sleeper::OPS + 2 * SEMOPM - 1) < l.words);
+            assert!(l.sleeper(NSLEEP - 1, sleeper::OPS + 2 * SEMOPM - 1) < l.owed(0).start);
+            assert_eq!(l.owed(0).start % OWED_ALIGN, 0);
+            assert_eq!(l.owed(OWED_GROUPS - 1).end, l.words);
             assert!(l.words < u32::MAX as usize);
         }
     }

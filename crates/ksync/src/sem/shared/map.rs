@@ -128,6 +128,19 @@ impl Mapping {
         unsafe { &*self.base.as_ptr().add(i) }
     }
 
+    /// Words `range`, as a slice (same bounds check as [`word`](Self::word)).
+    pub(super) fn words(&self, range: std::ops::Range<usize>) -> &[AtomicU32] {
+        assert!(
+            range.start <= range.end && range.end <= self.words,
+            "set file words {range:?} out of {}",
+            self.words
+        );
+        // SAFETY: in bounds of a live mapping, 4-aligned (page-aligned base).
+        unsafe {
+            std::slice::from_raw_parts(self.base.as_ptr().add(range.start), range.end - range.start)
+        }
+    }
+
     #[inline]
     pub(super) fn load(&self, i: usize) -> u32 {
         self.word(i).load(Ordering::Acquire)

@@ -28,6 +28,13 @@
 //! * **Nothing decided is visible before its commit**: a sleeper learns its
 //!   result from a status word stored after the commit, so a rollback never
 //!   takes back a result somebody returned.
+//! * **Wake-ups owed are marks anybody may claim** (`share.rs`,
+//!   `crate::sem::owed_wakes`): a post with many sleepers marks some of them
+//!   in the file after their results are published, and it and the
+//!   sleepers it woke claim the marks, each once, and wake what they
+//!   claimed. A process killed between a claim and its wake leaves those
+//!   sleepers to their own timed sleeps (every sleeper wakes every 100 ms to
+//!   look for the dead), so they return within 100 ms.
 //! * **The dead's leftovers are adopted by the living** (`engine.rs`,
 //!   `Locked::reap`): in every control call, before a call would block or
 //!   fail with `EAGAIN` (at most every 10 ms), and in one sleeper of the set
@@ -86,6 +93,7 @@ mod lock;
 mod map;
 mod procs;
 mod set;
+mod share;
 mod sigbus;
 mod wake;
 

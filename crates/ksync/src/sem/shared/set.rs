@@ -15,6 +15,7 @@ use super::layout::{
 };
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
+use super::share;
 use crate::futex::wait_shared;
 use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
@@ -153,7 +154,7 @@ const ALTER: i32 = 0o222;
 /// # Ok::<(), ksync::sem::SemError>(())
 /// ```
 pub struct SharedSemSet {
-    map: Arc<Mapping>,
+    pub(super) map: Arc<Mapping>,
     id: i32,
     /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
     me: AtomicU64,
@@ -666,7 +667,7 @@ impl SharedSemSet {
             if status.load(Ordering::Acquire) == READY {
                 learn(spins, true);
                 Counters::add(&counters.polls, u64::from(spin + 1));
-                return self.collect(slot);
+                return self.collect_and_help(slot);
             }
             core::hint::spin_loop();
         }
@@ -677,7 +678,7 @@ impl SharedSemSet {
         loop {
             // Pairs with the release store in `Locked`'s drop.
             if status.load(Ordering::Acquire) == READY {
-                return self.collect(slot);
+                return self.collect_and_help(slot);
             }
             if self.map.poisoned() {
                 // The file is gone from under the mapping: nothing will
@@ -723,6 +724,18 @@ impl SharedSemSet {
                 }
             }
         }
+    }
+
+    /// [`collect`](Self::collect) for a sleeper its waker completed, which
+    /// then makes the wake-ups its waker left to the sleepers of its CPU
+    /// (`share.rs`) before it returns.
+    fn collect_and_help(&self, slot: usize) -> Result<(), SemError> {
+        let result = self.collect(slot);
+        let calls = share::help(&self.map);
+        if calls > 0 {
+            Counters::add(&self.map.counters.outside.wake_calls, calls as u64);
+        }
+        result
     }
 
     /// The result a waker published in `slot`; frees the slot.
@@ -1095,7 +1108,7 @@ fn polls_before_queueing(sops: &[SemBuf]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::journal::Tx;
     use super::super::layout::owner_word;
     use super::*;
@@ -1120,10 +1133,10 @@ mod tests {
     }
 
     /// A new private set whose file is deleted when the test ends, passed or not.
-    struct Scratch(SharedSemSet);
+    pub(in crate::sem::shared) struct Scratch(pub(in crate::sem::shared) SharedSemSet);
 
     impl Scratch {
-        fn new(nsems: usize) -> Scratch {
+        pub(in crate::sem::shared) fn new(nsems: usize) -> Scratch {
             Scratch(SharedSemSet::open(IPC_PRIVATE, nsems, IPC_CREAT | 0o600).unwrap())
         }
     }
