@@ -233,6 +233,11 @@ pub fn sharing() -> bool {
 /// with 2 or 3, off with one. Under loom always [`SharingMode::Any`], so
 /// that the models check the helpers.
 ///
+/// The process-shared sets (`ksync::sem::SharedSemSet`) follow the same
+/// mode with marks in the set's file instead of boards, so that the woken
+/// help in whatever process they sleep; each process posts and helps by
+/// its own mode.
+///
 /// The CPUs are the process's, not the calling thread's: a program that
 /// binds each thread to a CPU of its own still runs on all of them. (Asked
 /// by the first thread to post or sleep, the default once depended on that
