@@ -9,7 +9,7 @@ use super::{ComparePart, Quick};
 use crate::harness::line_trip;
 use crate::output::lab::Lab;
 use crate::output::record::{ratio_to, Measured, Record};
-use crate::output::summary::SummaryRow;
+use crate::output::summary::{Caveat, SummaryRow};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
 use crate::peers::sem::wake_sharing_name;
@@ -511,23 +511,34 @@ fn polled_unevenly(points: &[Measured]) -> Vec<String> {
 }
 
 /// What the comparison table's notes say of `points`, in a few words for
-/// `compare`'s summary row, which shows the ratio without the table.
-fn caveat(points: &[Measured]) -> Option<String> {
+/// `compare`'s summary row, which shows the ratio without the table: an
+/// uneven run concerns its backend's column, a round over two states every
+/// column.
+fn caveat(points: &[Measured]) -> Option<Caveat> {
     let mut said = Vec::new();
     let uneven = polled_unevenly(points);
+    let mut columns = uneven.clone();
     if !uneven.is_empty() {
         said.push(format!(
-            "in a run of {}, a few workers cycled with the main thread while the rest waited              for a CPU, so the ratio is not one of sleep-and-wake cycles alone (a run this              short is prone to it: use `sembench -r 2 --repeat 3`)",
+            "in a run of {}, a few workers cycled with the main thread while the rest waited \
+             for a CPU, so the ratio is not one of sleep-and-wake cycles alone (short runs \
+             are prone to it; longer ones, as `ksync-lab --repeat 3 sembench -r 2 -o \
+             sysv,ksync`, measure the cycles)",
             uneven.join(", ")
         ));
     }
     if state_changed(points) {
+        columns.clear();
         said.push(
-            "the host moved the vCPUs between the runs of a round (a cache line's round trip              between two CPUs moved more than twofold)"
+            "the host moved the vCPUs between the runs of a round (a cache line's round trip \
+             between two CPUs moved more than twofold)"
                 .to_string(),
         );
     }
-    (!said.is_empty()).then(|| said.join("; and "))
+    (!said.is_empty()).then(|| Caveat {
+        text: said.join("; and "),
+        columns,
+    })
 }
 
 /// What one worker burn cost each backend: CPU time, context switches
@@ -620,7 +631,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
 }
 
 /// `compare`'s sembench part: Spraul's `-t 250 -w 64` for `quick.seconds`
-/// on every core backend (the kernel's, ksync's and the raw futex); one
+/// on every core backend (the kernel's, ksync's two and the raw futex); one
 /// summary row.
 pub struct InCompare;
 
@@ -709,13 +720,15 @@ mod tests {
             point("ksync-sem", 1.0, [44.0, 46.0]),
         ];
         let said = caveat(&uneven).expect("an uneven run is a caveat");
-        assert!(said.contains("in a run of ksync-sem,"), "{said}");
-        assert!(!said.contains("vCPUs"), "{said}");
+        assert!(said.text.contains("in a run of ksync-sem,"), "{said:?}");
+        assert!(!said.text.contains("vCPUs"), "{said:?}");
+        assert_eq!(said.columns, ["ksync-sem"]);
         let moved = [
             point("sysv", 0.0, [45.0, 370.0]),
             point("ksync-sem", 0.0, [44.0, 46.0]),
         ];
         let said = caveat(&moved).expect("a round over two states is a caveat");
-        assert!(said.contains("moved the vCPUs"), "{said}");
+        assert!(said.text.contains("moved the vCPUs"), "{said:?}");
+        assert!(said.columns.is_empty(), "{said:?}");
     }
 }

@@ -21,12 +21,27 @@ pub struct SummaryRow {
     /// ratio of the two medians above need not be.
     #[serde(default)]
     pub paired: Vec<(String, f64)>,
-    /// What the experiment's own notes say qualifies this row's runs (a
-    /// run that measured something else than intended, say), in a few
-    /// words: the summary marks the row's ratios and repeats it, so that a
-    /// reader of the summary alone is told too.
+    /// What the experiment's own notes say qualifies some of this row's
+    /// runs: the summary marks the ratios it concerns and repeats it, so
+    /// that a reader of the summary alone is told too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caveat: Option<String>,
+    pub caveat: Option<Caveat>,
+}
+
+/// A [`SummaryRow::caveat`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Caveat {
+    /// What qualifies the runs, in a few words.
+    pub text: String,
+    /// The ksync columns it concerns; empty: every one.
+    #[serde(default)]
+    pub columns: Vec<String>,
+}
+
+impl Caveat {
+    fn concerns(&self, column: &str) -> bool {
+        self.columns.is_empty() || self.columns.iter().any(|c| c == column)
+    }
 }
 
 impl SummaryRow {
@@ -80,7 +95,7 @@ impl SummaryRow {
     }
 
     /// The row with `caveat` ([`SummaryRow::caveat`]), if there is one.
-    pub fn with_caveat(self, caveat: Option<String>) -> Self {
+    pub fn with_caveat(self, caveat: Option<Caveat>) -> Self {
         SummaryRow { caveat, ..self }
     }
 
@@ -132,12 +147,9 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
                 .as_ref()
                 .map_or("-".into(), |(name, v)| format!("{name} {}", fmt_value(*v))),
         ];
-        let mark = if row.caveat.is_some() {
-            CAVEAT_MARK
-        } else {
-            ""
-        };
         for name in &names {
+            let marked = row.caveat.as_ref().is_some_and(|c| c.concerns(name));
+            let mark = if marked { CAVEAT_MARK } else { "" };
             cells.push(
                 row.ratio(name)
                     .map_or("-".into(), |r| format!("{}{mark}", ratio_text(r))),
@@ -147,7 +159,7 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
     }
     for row in rows {
         if let Some(caveat) = &row.caveat {
-            t.note(format!("{CAVEAT_MARK} {}: {caveat}", row.workload));
+            t.note(format!("{CAVEAT_MARK} {}: {}", row.workload, caveat.text));
         }
     }
     t.note(
@@ -191,20 +203,27 @@ mod tests {
     #[test]
     fn a_row_with_a_caveat_marks_its_ratios_and_gives_the_caveat() {
         let a = Measured::from_runs(&[Record::new("u", "w", "ours", true, 1).metric("ns", 5.0)]);
+        let c = Measured::from_runs(&[Record::new("u", "w", "also", true, 1).metric("ns", 4.0)]);
         let b = Measured::from_runs(&[Record::new("u", "w", "peer", false, 1).metric("ns", 10.0)]);
-        let row = |caveat: Option<&str>| {
-            SummaryRow::from_measured("bench", "ns", "ns", 1.0, false, &[&a, &b])
-                .with_caveat(caveat.map(String::from))
+        let row = |caveat: Option<Caveat>| {
+            SummaryRow::from_measured("bench", "ns", "ns", 1.0, false, &[&a, &c, &b])
+                .with_caveat(caveat)
         };
         let plain = summary_table(&[row(None)]).render();
-        assert!(plain.contains("| 2.00 "), "{plain}");
+        assert!(plain.contains("| 2.00 | 2.50 |"), "{plain}");
         assert!(!plain.contains('*'), "{plain}");
-        let marked = summary_table(&[row(Some("a run measured something else"))]).render();
-        assert!(marked.contains("| 2.00* "), "{marked}");
+        let caveat = |columns: &[&str]| Caveat {
+            text: "a run measured something else".into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+        };
+        let every = summary_table(&[row(Some(caveat(&[])))]).render();
+        assert!(every.contains("| 2.00* | 2.50* |"), "{every}");
         assert!(
-            marked.contains("* bench: a run measured something else"),
-            "{marked}"
+            every.contains("* bench: a run measured something else"),
+            "{every}"
         );
+        let one = summary_table(&[row(Some(caveat(&["also"])))]).render();
+        assert!(one.contains("| 2.00 | 2.50* |"), "{one}");
     }
 
     #[test]
