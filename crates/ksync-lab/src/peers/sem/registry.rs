@@ -31,8 +31,7 @@ registry! {
             Ksync,
             "ksync::sem::SharedSemSet: System V semantics shared between processes, in a file",
         )
-        .aliases(&["shared"])
-        .variant(),
+        .aliases(&["shared"]),
         Futex(FutexSems) = Info::new(
             "futex",
             Peer,
@@ -175,6 +174,6 @@ mod tests {
         assert_eq!(shared, ["sysv", "ksync-shared"]);
         assert_eq!(by_name("shared").unwrap().name, "ksync-shared");
         let core: Vec<&str> = core().iter().map(|e| e.name).collect();
-        assert_eq!(core, ["sysv", "ksync-sem", "futex"]);
+        assert_eq!(core, ["sysv", "ksync-sem", "ksync-shared", "futex"]);
     }
 }
