@@ -173,8 +173,8 @@ pub fn summary_table(rows: &[SummaryRow]) -> Table {
     t
 }
 
-/// Follows a ratio whose row has a [`SummaryRow::caveat`], and the note
-/// that gives it.
+/// Follows each ratio a [`SummaryRow::caveat`] concerns, and begins the
+/// note that gives it.
 const CAVEAT_MARK: &str = "*";
 
 fn fmt_value(v: f64) -> String {
