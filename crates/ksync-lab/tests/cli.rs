@@ -680,4 +680,34 @@ fn ipcs_lists_shared_sets_and_ipcrm_removes_them() {
     assert_eq!(text.matches("removed set ").count(), 2, "{text}");
     assert!(ok_in(&dir, &["ipcs"]).contains(&empty));
     drop((a, b));
+
+    // A set another version of ksync made (its file's version word, the
+    // second, differs): ipcs names it and says how to remove it, and ipcrm
+    // does, by key as by id.
+    for how in ["-S", "-s"] {
+        let old = SharedSemSet::open(0x4b54, 1, IPC_CREAT | 0o600).unwrap();
+        let old_id = old.id().to_string();
+        drop(old);
+        let path = dir.join(format!("sem.{old_id}"));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[4..8].copy_from_slice(&(ksync::sem::shared::LAYOUT_VERSION + 1).to_ne_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let text = ok_in(&dir, &["ipcs"]);
+        assert!(
+            text.contains("made by another version of ksync")
+                && text.contains(&format!("ipcrm -s {old_id}")),
+            "{text}"
+        );
+        let name = if how == "-S" {
+            "0x4b54".to_string()
+        } else {
+            old_id.clone()
+        };
+        let text = ok_in(&dir, &["ipcrm", how, &name]);
+        assert!(
+            text.contains(&format!("removed set {old_id}, made by another version")),
+            "{text}"
+        );
+        assert!(ok_in(&dir, &["ipcs"]).contains(&empty));
+    }
 }

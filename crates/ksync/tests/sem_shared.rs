@@ -451,6 +451,66 @@ fn fresh_key() -> i32 {
 }
 
 // ---------------------------------------------------------------------------
+// Sets of another ksync's layout
+// ---------------------------------------------------------------------------
+
+/// Overwrites word `word` of set `id`'s file, as another ksync's file would
+/// differ from ours; returns what it held.
+fn poke_file_word(id: i32, word: u64, value: u32) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let path = ksync::sem::shared::sem_dir().join(format!("sem.{id}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("set file");
+    let mut old = [0u8; 4];
+    file.read_exact_at(&mut old, 4 * word).expect("read");
+    file.write_all_at(&value.to_ne_bytes(), 4 * word)
+        .expect("write");
+    u32::from_ne_bytes(old)
+}
+
+#[test]
+fn a_set_file_of_another_layout_version_is_named_and_removed_by_id_and_by_key() {
+    use ksync::sem::shared::{file_layout_version, key_id, remove_other_version, LAYOUT_VERSION};
+    let key = fresh_key();
+    let set = SharedSemSet::open(key, 1, IPC_CREAT | 0o600).expect("create");
+    let id = set.id();
+    assert_eq!(file_layout_version(id), Ok(LAYOUT_VERSION));
+    // A set of this version is removed by IPC_RMID, which tells its users.
+    assert_eq!(remove_other_version(id), Err(SemError::Invalid));
+    drop(set);
+    // The version word, second in every version's file.
+    assert_eq!(poke_file_word(id, 1, LAYOUT_VERSION - 1), LAYOUT_VERSION);
+    assert_eq!(SharedSemSet::open_id(id).err(), Some(SemError::Invalid));
+    assert_eq!(SharedSemSet::open(key, 0, 0).err(), Some(SemError::Invalid));
+    assert_eq!(file_layout_version(id), Ok(LAYOUT_VERSION - 1));
+    assert_eq!(key_id(key), Ok(Some(id)));
+    assert_eq!(remove_other_version(id), Ok(LAYOUT_VERSION - 1));
+    assert_eq!(key_id(key), Ok(None));
+    assert_eq!(file_layout_version(id), Err(SemError::NotFound));
+    assert_eq!(remove_other_version(id), Err(SemError::NotFound));
+    // The key is free again.
+    let again = Shared(SharedSemSet::open(key, 1, IPC_CREAT | IPC_EXCL | 0o600).expect("key free"));
+    assert_ne!(again.id(), id);
+}
+
+#[test]
+fn a_file_that_is_no_ksync_set_is_not_removed_as_another_versions() {
+    use ksync::sem::shared::{file_layout_version, remove_other_version};
+    let set = Shared::new(1);
+    let id = set.id();
+    // A wrong magic word: not a set file of any version.
+    let magic = poke_file_word(id, 0, 0x1234_5678);
+    assert_eq!(file_layout_version(id), Err(SemError::Invalid));
+    assert_eq!(remove_other_version(id), Err(SemError::Invalid));
+    assert!(ksync::sem::shared::set_ids().contains(&id));
+    // Put it back, so that the guard removes it.
+    poke_file_word(id, 0, magic);
+}
+
+// ---------------------------------------------------------------------------
 // semget
 // ---------------------------------------------------------------------------
 

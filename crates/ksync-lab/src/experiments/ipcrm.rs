@@ -6,10 +6,10 @@
 //! Each removal is reported; any that fails makes the run fail (exit status
 //! 1) with one message naming every set that stayed and why.
 
-use super::ipcs::describe;
+use super::ipcs::{describe, describe_unopened};
 use crate::output::files::Outputs;
 use crate::output::lab::Lab;
-use ksync::sem::shared::{sem_dir, set_ids};
+use ksync::sem::shared::{key_id, remove_other_version, sem_dir, set_ids};
 use ksync::sem::{SemError, SharedSemSet, IPC_PRIVATE};
 
 /// `ksync-lab ipcrm`: removes ksync's shared semaphore sets, like `ipcrm -s/-S/--all`.
@@ -44,6 +44,27 @@ pub fn parse_key(text: &str) -> Result<i32, String> {
     }
 }
 
+/// Removes set `id`, saying so; one of another ksync's layout (which
+/// cannot be opened: `EINVAL`) is unlinked instead.
+fn remove_id(lab: &Lab, id: i32) -> Result<(), SemError> {
+    match SharedSemSet::open_id(id) {
+        Ok(set) => remove(lab, &set),
+        Err(SemError::Invalid) => match remove_other_version(id) {
+            Ok(version) => {
+                lab.print(&format!(
+                    "removed set {id}, made by another version of ksync (set file layout \
+                     {version}; its users were not told)\n"
+                ));
+                Ok(())
+            }
+            // Not another version's file: the set's own error stands.
+            Err(SemError::Invalid) => Err(SemError::Invalid),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes `set`, saying so.
 fn remove(lab: &Lab, set: &SharedSemSet) -> Result<(), SemError> {
     set.remove()?;
@@ -63,14 +84,20 @@ pub fn run(lab: &mut Lab, args: Args, outputs: &Outputs) -> Result<(), String> {
     let dir = sem_dir();
     let mut failures = Vec::new();
     for &id in &args.ids {
-        let done = SharedSemSet::open_id(id).and_then(|set| remove(lab, &set));
-        if let Err(e) = done {
-            failures.push(format!("id {id}: {}", describe(e)));
+        if let Err(e) = remove_id(lab, id) {
+            failures.push(format!("id {id}: {}", describe_unopened(id, e)));
         }
     }
     for &key in &args.keys {
         // nsems 0 and no flags: find the key's set, whatever its size.
-        let done = SharedSemSet::open(key, 0, 0).and_then(|set| remove(lab, &set));
+        let done = match SharedSemSet::open(key, 0, 0) {
+            Ok(set) => remove(lab, &set),
+            Err(SemError::Invalid) => match key_id(key) {
+                Ok(Some(id)) => remove_id(lab, id),
+                _ => Err(SemError::Invalid),
+            },
+            Err(e) => Err(e),
+        };
         if let Err(e) = done {
             failures.push(format!("key 0x{:08x}: {}", key as u32, describe(e)));
         }
@@ -78,11 +105,11 @@ pub fn run(lab: &mut Lab, args: Args, outputs: &Outputs) -> Result<(), String> {
     if args.all {
         let mut removed = 0;
         for id in set_ids() {
-            match SharedSemSet::open_id(id).and_then(|set| remove(lab, &set)) {
+            match remove_id(lab, id) {
                 Ok(()) => removed += 1,
                 // Removed by someone else meanwhile: nothing left to do.
                 Err(SemError::NotFound) | Err(SemError::Removed) => {}
-                Err(e) => failures.push(format!("id {id}: {}", describe(e))),
+                Err(e) => failures.push(format!("id {id}: {}", describe_unopened(id, e))),
             }
         }
         if removed == 0 && failures.is_empty() {

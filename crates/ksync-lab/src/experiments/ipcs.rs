@@ -10,7 +10,7 @@
 use crate::output::files::{resolve_output, write_file, Outputs};
 use crate::output::lab::Lab;
 use crate::output::table::Table;
-use ksync::sem::shared::{sem_dir, set_ids};
+use ksync::sem::shared::{file_layout_version, sem_dir, set_ids, LAYOUT_VERSION};
 use ksync::sem::{SemError, SharedSemSet, SharedSemStat};
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -27,6 +27,18 @@ pub struct Args {
 /// An error as `ipcs` shows it: the library's words, then the errno.
 pub fn describe(e: SemError) -> String {
     format!("{e} (errno {})", e.errno())
+}
+
+/// [`describe`] for set `id` that could not be opened; for a file of another
+/// ksync's layout (`EINVAL`), says so and how to remove it.
+pub fn describe_unopened(id: i32, e: SemError) -> String {
+    match (e, file_layout_version(id)) {
+        (SemError::Invalid, Ok(v)) if v != LAYOUT_VERSION => format!(
+            "made by another version of ksync (set file layout {v}; this one reads \
+             {LAYOUT_VERSION}), which this one cannot open: `ksync-lab ipcrm -s {id}` removes it"
+        ),
+        _ => describe(e),
+    }
 }
 
 /// One set's `IPC_STAT`, as rows and JSON show it.
@@ -218,7 +230,7 @@ fn list(lab: &mut Lab, outputs: &Outputs) -> Result<(), String> {
             Err(SemError::NotFound) | Err(SemError::Removed) => {}
             Err(e) => listing.unreadable.push(BadRow {
                 id,
-                error: describe(e),
+                error: describe_unopened(id, e),
                 errno: e.errno(),
             }),
         }
@@ -307,7 +319,7 @@ fn detail(lab: &mut Lab, id: i32, outputs: &Outputs) -> Result<(), String> {
             lab.fail(format!(
                 "ipcs -i {id}: set {id} in {}: {}",
                 dir.display(),
-                describe(e)
+                describe_unopened(id, e)
             ));
             return Ok(());
         }

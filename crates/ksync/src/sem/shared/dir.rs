@@ -14,10 +14,12 @@
 //! the same key, exactly one wins, and the other opens the winner's set.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::layout::{MAGIC, VERSION};
 use crate::sem::SemError;
 
 /// The kernel's default `SEMMNI`: most sets in the directory.
@@ -97,6 +99,12 @@ pub(super) fn id_of_key(dir: &Path, key: i32) -> Result<Option<i32>, SemError> {
     }
 }
 
+/// The id of the set bound to `key` in the directory, if any: for a set
+/// that cannot be opened by key ([`remove_other_version`]).
+pub fn key_id(key: i32) -> Result<Option<i32>, SemError> {
+    id_of_key(&sem_dir(), key)
+}
+
 /// Opens set `id`'s file, read-write when the file's mode allows it, else
 /// read-only; `None` when there is no such file.
 pub(super) fn open_file(dir: &Path, id: i32) -> Result<Option<(OwnedFd, bool)>, SemError> {
@@ -149,6 +157,72 @@ pub(super) fn unbind_key(dir: &Path, key: i32, id: i32) {
     if matches!(id_of_key(dir, key), Ok(Some(bound)) if bound == id) {
         let _ = unlink(&key_path(dir, key));
     }
+}
+
+/// The layout version a set file of another ksync holds.
+///
+/// Each ksync reads one version of the set file's layout
+/// ([`LAYOUT_VERSION`]) and refuses the others with `EINVAL`: a set made by
+/// an older or a newer ksync. Those two words, the magic and the version,
+/// sit at the head of every version's file.
+pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
+    let dir = sem_dir();
+    let (fd, _) = open_file(&dir, id)?.ok_or(SemError::NotFound)?;
+    let mut head = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into `head`, from a descriptor we own.
+    let got = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), 8, 0) };
+    if got != 8 {
+        return Err(SemError::Invalid);
+    }
+    let word = |i: usize| u32::from_ne_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    if word(0) != MAGIC {
+        return Err(SemError::Invalid);
+    }
+    Ok(word(4))
+}
+
+/// The set file layout this ksync reads and writes: a file of another
+/// version, made by an older or newer ksync, gives `EINVAL` when opened
+/// ([`file_layout_version`] says which it is;
+/// [`remove_other_version`] removes it).
+pub const LAYOUT_VERSION: u32 = VERSION;
+
+/// Removes set `id`, whose file holds another layout version than this
+/// ksync's, and returns that version: unlinks the key links that name it and
+/// the file. Only the file's owner or root may, as only they may remove a
+/// set of this version (and the directory is sticky). Processes that still
+/// use the set through the ksync that made it keep it until they let go of
+/// it, and are not told: stop them first. `EINVAL` when the file is of this
+/// version (remove it with [`SharedSemSet::remove`](super::SharedSemSet::remove),
+/// which tells its users) or is no ksync set at all.
+pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
+    let version = file_layout_version(id)?;
+    if version == VERSION {
+        return Err(SemError::Invalid);
+    }
+    let dir = sem_dir();
+    let path = set_path(&dir, id);
+    let owner = std::fs::symlink_metadata(&path)
+        .map_err(|e| os_error(e.raw_os_error().unwrap_or(0)))?
+        .uid();
+    // SAFETY: no arguments.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 && euid != owner {
+        return Err(SemError::Permission);
+    }
+    let target = format!("sem.{id}");
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.filter_map(|e| e.ok()) {
+            let is_key = entry.file_name().to_string_lossy().starts_with("key.");
+            if is_key
+                && std::fs::read_link(entry.path()).is_ok_and(|t| t.as_os_str() == target.as_str())
+            {
+                unlink(&entry.path())?;
+            }
+        }
+    }
+    unlink(&path)?;
+    Ok(version)
 }
 
 /// A random id for a new set: in `2^30 .. 2^31`, a range the kernel's own

@@ -97,7 +97,9 @@ mod share;
 mod sigbus;
 mod wake;
 
-pub use dir::{sem_dir, set_ids, SEMMNI};
+pub use dir::{
+    file_layout_version, key_id, remove_other_version, sem_dir, set_ids, LAYOUT_VERSION, SEMMNI,
+};
 pub use layout::{NPROC, NSLEEP};
 pub use set::{
     RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
