@@ -688,10 +688,12 @@ fn ipcs_lists_shared_sets_and_ipcrm_removes_them() {
         let old = SharedSemSet::open(0x4b54, 1, IPC_CREAT | 0o600).unwrap();
         let old_id = old.id().to_string();
         drop(old);
-        let path = dir.join(format!("sem.{old_id}"));
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[4..8].copy_from_slice(&(ksync::sem::shared::LAYOUT_VERSION + 1).to_ne_bytes());
-        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(format!("sem.{old_id}")))
+            .unwrap();
+        let other = ksync::sem::shared::LAYOUT_VERSION + 1;
+        std::os::unix::fs::FileExt::write_all_at(&file, &other.to_ne_bytes(), 4).unwrap();
         let text = ok_in(&dir, &["ipcs"]);
         assert!(
             text.contains("made by another version of ksync")

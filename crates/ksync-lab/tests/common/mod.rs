@@ -9,12 +9,12 @@ use std::process::{Command, Output};
 
 /// Runs `ksync-lab` with `args`, writing relative outputs under the
 /// scratch folder (never into the source tree, whatever a test forgets).
+/// ksync's shared semaphore sets go to a scratch folder of their own: a
+/// run that makes some (`compare`'s sembench) must not make them where a
+/// test that counts sets looks, even after that test set `KSYNC_SEM_DIR`
+/// for its own process ([`lab_in`]).
 pub fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ksync-lab"))
-        .args(args)
-        .env("KSYNC_LAB_RESULTS", scratch("results"))
-        .output()
-        .expect("run ksync-lab")
+    lab_in(&scratch("sem-sets"), args)
 }
 
 /// [`lab`] with ksync's shared semaphore sets in `sem_dir`
