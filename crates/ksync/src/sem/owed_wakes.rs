@@ -42,25 +42,21 @@ fn place(slot: usize) -> (usize, u32) {
     (slot / BITS, 1 << (slot % BITS))
 }
 
-/// Marks each slot of `slots` owed a wake in `bitmap` (one `fetch_or` per
-/// word they fall in, for slots in ascending order). Call only after
-/// publishing each slot's result.
-pub(crate) fn mark(bitmap: &[AtomicU32], slots: impl IntoIterator<Item = usize>) {
-    let mut pending: Option<(usize, u32)> = None;
+/// Marks each slot of `slots` owed a wake in `bitmap`, one `fetch_or` per
+/// word they fall in, and returns them as the poster's own marks, to claim
+/// back. Call only after publishing each slot's result.
+pub(crate) fn mark(bitmap: &[AtomicU32], slots: impl IntoIterator<Item = usize>) -> Mine {
+    let mut masks = vec![0; bitmap.len()];
     for slot in slots {
-        let (word, bit) = place(slot);
-        pending = match pending {
-            Some((w, bits)) if w == word => Some((w, bits | bit)),
-            Some((w, bits)) => {
-                bitmap[w].fetch_or(bits, Ordering::Release);
-                Some((word, bit))
-            }
-            None => Some((word, bit)),
-        };
+        let (w, bit) = place(slot);
+        masks[w] |= bit;
     }
-    if let Some((w, bits)) = pending {
-        bitmap[w].fetch_or(bits, Ordering::Release);
+    for (word, &bits) in bitmap.iter().zip(&masks) {
+        if bits != 0 {
+            word.fetch_or(bits, Ordering::Release);
+        }
     }
+    Mine { masks }
 }
 
 /// What one [`claim`] on a word found.
@@ -120,23 +116,13 @@ pub(crate) fn claim_any(bitmap: &[AtomicU32], max: usize, out: &mut Vec<usize>) 
     claimed
 }
 
-/// A poster's own marks, per word of one bitmap, as it claims them back.
+/// A poster's own marks ([`mark`]), per word of one bitmap, as it claims
+/// them back.
 pub(crate) struct Mine {
     masks: Vec<u32>,
 }
 
 impl Mine {
-    /// Notes the marks of `slots` (the slots just [`mark`]ed) in a bitmap
-    /// of `words` words.
-    pub(crate) fn new(words: usize, slots: impl IntoIterator<Item = usize>) -> Mine {
-        let mut masks = vec![0; words];
-        for slot in slots {
-            let (w, bit) = place(slot);
-            masks[w] |= bit;
-        }
-        Mine { masks }
-    }
-
     /// Claims up to `max` of its marks still unclaimed in `bitmap`, appends
     /// their slots to `out`, and returns how many. 0 once every mark is
     /// settled, claimed by this poster or by anybody else.
@@ -206,10 +192,9 @@ mod tests {
     fn a_poster_claims_back_only_its_own_marks_and_stops_when_all_are_settled() {
         let b = bitmap(2);
         let slots = [1, 5, 40, 41, 63];
-        mark(&b, slots);
+        let mut mine = mark(&b, slots);
         // Somebody else's mark, which the poster leaves alone.
         mark(&b, [7]);
-        let mut mine = Mine::new(2, slots);
         // A helper claims two of them first.
         let mut helped = Vec::new();
         assert_eq!(claim_any(&b, 2, &mut helped), 2);
@@ -249,8 +234,7 @@ mod loom_models {
                 })
             };
             let slots = [3, 33, 34];
-            mark(&b, slots);
-            let mut mine = Mine::new(2, slots);
+            let mut mine = mark(&b, slots);
             let mut got = Vec::new();
             while mine.claim(&b, 1, &mut got) > 0 {}
             got.extend(helper.join().unwrap());

@@ -26,7 +26,7 @@
 //! The mode is the process's own (`futex_batch::sharing_mode`,
 //! `KSYNC_WAKE_SHARING`); processes that differ only share less well.
 
-use super::layout::{sleeper, OWED_GROUPS, OWED_WORDS};
+use super::layout::{sleeper, OWED_GROUPS};
 use super::map::Mapping;
 use crate::futex_batch::{sharing_mode, this_cpu, wake_all_in, Scope, SharingMode, UNKNOWN_CPU};
 use crate::sem::owed_wakes::{claim_any, mark, Mine};
@@ -72,18 +72,16 @@ pub(super) fn wake(map: &Mapping, woken: &[usize]) -> usize {
 
 /// [`wake`] under `mode`, from a poster on CPU `here`.
 fn wake_as(map: &Mapping, woken: &[usize], mode: SharingMode, here: u32) -> usize {
-    let Plan { first, mut owed } = plan(map, woken, mode, here);
+    let Plan { first, owed } = plan(map, woken, mode, here);
     let layout = map.layout;
     let mut mine: Vec<(usize, Mine)> = Vec::new();
-    for (g, slots) in owed.iter_mut().enumerate() {
+    for (g, slots) in owed.iter().enumerate() {
         if slots.is_empty() {
             continue;
         }
-        slots.sort_unstable();
         // Marked before the first wake, so that the first sleepers woken
         // find them.
-        mark(map.words(layout.owed(g)), slots.iter().copied());
-        mine.push((g, Mine::new(OWED_WORDS, slots.iter().copied())));
+        mine.push((g, mark(map.words(layout.owed(g)), slots.iter().copied())));
     }
     let mut calls = wake_slots(map, &first);
     let mut batch = first;
