@@ -49,18 +49,13 @@ pub fn parse_key(text: &str) -> Result<i32, String> {
 fn remove_id(lab: &Lab, id: i32) -> Result<(), SemError> {
     match SharedSemSet::open_id(id) {
         Ok(set) => remove(lab, &set),
-        Err(SemError::Invalid) => match remove_other_version(id) {
-            Ok(version) => {
-                lab.print(&format!(
-                    "removed set {id}, made by another version of ksync (set file layout \
-                     {version}; its users were not told)\n"
-                ));
-                Ok(())
-            }
-            // Not another version's file: the set's own error stands.
-            Err(SemError::Invalid) => Err(SemError::Invalid),
-            Err(e) => Err(e),
-        },
+        // Not another version's file either: `EINVAL` stands.
+        Err(SemError::Invalid) => remove_other_version(id).map(|version| {
+            lab.print(&format!(
+                "removed set {id}, made by another version of ksync (set file layout \
+                 {version}; its users were not told)\n"
+            ))
+        }),
         Err(e) => Err(e),
     }
 }

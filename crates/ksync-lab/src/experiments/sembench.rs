@@ -517,7 +517,6 @@ fn polled_unevenly(points: &[Measured]) -> Vec<String> {
 fn caveat(points: &[Measured]) -> Option<Caveat> {
     let mut said = Vec::new();
     let uneven = polled_unevenly(points);
-    let mut columns = uneven.clone();
     if !uneven.is_empty() {
         said.push(format!(
             "in a run of {}, a few workers cycled with the main thread while the rest waited \
@@ -527,8 +526,8 @@ fn caveat(points: &[Measured]) -> Option<Caveat> {
             uneven.join(", ")
         ));
     }
-    if state_changed(points) {
-        columns.clear();
+    let moved = state_changed(points);
+    if moved {
         said.push(
             "the host moved the vCPUs between the runs of a round (a cache line's round trip \
              between two CPUs moved more than twofold)"
@@ -537,7 +536,7 @@ fn caveat(points: &[Measured]) -> Option<Caveat> {
     }
     (!said.is_empty()).then(|| Caveat {
         text: said.join("; and "),
-        columns,
+        columns: if moved { Vec::new() } else { uneven },
     })
 }
 
