@@ -1,9 +1,10 @@
 //! loom models of every lock protocol. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p ksync --release --test loom`.
-//! Five models sit beside the private algorithms they check, in the
+//! Six models sit beside the private algorithms they check, in the
 //! library: the process-shared sets' owner-naming lock (`... --lib
 //! owner_lock`), their wake-ups owed and claimed (`--lib
-//! sem::owed_wakes`), the shared-out bulk wake-up (`--lib futex_batch::spread`),
+//! sem::owed_wakes`), the watch among their sleepers (`--lib
+//! sem::sleep_watch`), the shared-out bulk wake-up (`--lib futex_batch::spread`),
 //! a semaphore's word lock against a quiet hold (`--lib sem::sem_lock`) and
 //! a call on several semaphores polling before it queues (`--lib
 //! sem::mode::loom_models`).

@@ -23,10 +23,10 @@
 //!   that never fired: the controller makes every call runnable again and
 //!   again within milliseconds).
 //!
-//! A shared set heals a lost wake-up itself within 100 ms (a sleeper sweeps
-//! the set for what dead processes left), too soon for these verdicts, so
-//! its run also fails if the sweep ever found work a waker should have done
-//! (`RecoveryStats::swept`).
+//! A shared set heals a lost wake-up itself within 100 ms (a sleeper of each
+//! process, its watch, sweeps the set for what dead processes left), too
+//! soon for these verdicts, so its run also fails if the sweep ever found
+//! work a waker should have done (`RecoveryStats::swept`).
 //!
 //! Each run goes once with every thread on one CPU (sleepers really sleep,
 //! and lock holders get preempted) and once on all CPUs, on a `SemSet` and

@@ -724,6 +724,39 @@ fn undo_is_applied_when_a_process_exits_is_signalled_or_killed() {
     }
 }
 
+/// Sleepers without a timeout: only one sleeper of a process sleeps with
+/// one (its watch, which looks for the dead), and a watch that returns
+/// hands the role to another. Two of three are posted (the first queued,
+/// which most often is the watch), then the child holding the last unit is
+/// killed: the one left must get it through the child's undo.
+#[test]
+fn the_last_sleeper_without_a_timeout_gets_a_killed_processs_undo() {
+    let _dog = Watchdog::arm("watch_hand_over", Duration::from_secs(60));
+    let set = Shared::new(1);
+    set.set_value(0, 1).unwrap();
+    let id = set.id();
+    let kid = Kid::spawn("hold", &args(&[&Side::Shared.code(), &id, &0, &-1]));
+    assert_eq!(kid.expect_errno("held"), 0);
+    let sleepers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                ChildSet::open(Side::Shared.code(), id).op(&[SemBuf::new(0, -1, 0)], None)
+            })
+        })
+        .collect();
+    wait_until("the sleepers queued", || set.ncnt(0) == Ok(3));
+    set.semop(&[SemBuf::new(0, 2, 0)]).unwrap();
+    wait_until("two sleepers returned", || set.ncnt(0) == Ok(1));
+    // Past its polls, asleep.
+    std::thread::sleep(Duration::from_millis(20));
+    kid.signal(libc::SIGKILL);
+    assert!(!kid.reap().success());
+    for sleeper in sleepers {
+        assert_eq!(sleeper.join().unwrap(), 0);
+    }
+    assert_eq!(set.get_value(0), Ok(0));
+}
+
 #[test]
 fn undo_holders_name_the_process_and_its_adjustments() {
     let set = Shared::new(2);

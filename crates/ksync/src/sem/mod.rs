@@ -161,6 +161,8 @@ mod perform;
 mod queue;
 mod sem_lock;
 mod set;
+#[cfg_attr(loom, allow(dead_code))]
+mod sleep_watch;
 mod stamp;
 mod state;
 mod undo;

@@ -480,8 +480,9 @@ impl<'a> Locked<'a> {
     /// whose owner's process slot is no longer theirs (left by a process
     /// that died while its slot was being adopted), fails every sleeper with
     /// `EIDRM` if a remover died half way, completes what a waker that died
-    /// after its commit left queued, and publishes results a dead waker
-    /// committed but never published.
+    /// after its commit left queued, publishes results a dead waker
+    /// committed but never published, and wakes again the sleepers whose
+    /// results are published but not collected.
     pub(super) fn sweep(&mut self) -> Result<(), SemError> {
         self.map
             .word(header::LAST_SWEEP)
@@ -499,19 +500,31 @@ impl<'a> Locked<'a> {
         let before = self.woken.len();
         self.smart_update(Change::All);
         let layout = *self.layout();
+        let mut published = Vec::new();
         for slot in 0..NSLEEP {
-            // Under the lock, a live waker has published what it committed.
-            if self.map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_DONE
-                && self.map.load(layout.sleeper(slot, sleeper::STATUS)) != READY
-                && !self.woken.contains(&slot)
+            if self.map.load(layout.sleeper(slot, sleeper::STATE)) != SLEEPER_DONE
+                || self.woken.contains(&slot)
             {
+                continue;
+            }
+            // Under the lock, a live waker has published what it committed.
+            if self.map.load(layout.sleeper(slot, sleeper::STATUS)) != READY {
                 self.woken.push(slot);
+            } else {
+                published.push(slot);
             }
         }
         let swept = self.woken.len() - before;
         if swept > 0 {
             bump(self.map, header::SWEPT, swept as u32);
         }
+        // A result published but not collected yet: its sleeper is on its
+        // way out, or asleep because the process that claimed its wake-up
+        // died before making it (`share.rs`), and only the watches sleep
+        // with a timeout (`crate::sem::sleep_watch`). Woken again, not
+        // counted: a second wake-up is harmless, and a live waker may
+        // simply not have made its first yet.
+        self.woken.extend(published);
         Ok(())
     }
 

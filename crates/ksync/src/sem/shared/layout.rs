@@ -13,7 +13,9 @@ pub(super) const MAGIC: u32 = 0x4b53_454d;
 /// dense [`queue index`](Layout::link), beside a [`summary`] of each
 /// sleeper's semaphores. Version 3 added the bitmaps of sleepers owed a
 /// wake-up ([`Layout::owed`]) and each sleeper's CPU ([`sleeper::CPU`]).
-pub(super) const VERSION: u32 = 3;
+/// Version 4 gave the status word a third value, [`APPOINTED`], which a
+/// sleeper of an older version would take for a spurious wake-up forever.
+pub(super) const VERSION: u32 = 4;
 
 /// Processes that may use one set at the same time (each holds a slot while
 /// it has undo adjustments, sleepers, or the set's lock).
@@ -112,7 +114,8 @@ pub(super) const SLOT_LIVE: u32 = 1;
 /// A sleeper slot: one blocked call.
 pub(super) mod sleeper {
     /// The futex word the sleeper waits on: [`WAITING`](super::WAITING)
-    /// until the result is published, after the transaction that decided it.
+    /// (or [`APPOINTED`](super::APPOINTED)) until the result is published,
+    /// after the transaction that decided it.
     pub(crate) const STATUS: usize = 0;
     /// Free, queued or done (`SLEEPER_*`); journalled.
     pub(crate) const STATE: usize = 1;
@@ -139,6 +142,13 @@ pub(super) const SLEEPER_DONE: u32 = 2;
 /// Status word values.
 pub(super) const WAITING: u32 = 0;
 pub(super) const READY: u32 = 1;
+/// Still waiting, and named its process's watch (`crate::sem::sleep_watch`)
+/// by a watch that left: its futex wait fails, and it takes the role. Only
+/// a sleeper's own process stores it, with a compare-and-swap from
+/// [`WAITING`]; a waker's [`READY`] overwrites it.
+pub(super) const APPOINTED: u32 = 2;
+
+const _: () = assert!(NSLEEP <= crate::sem::sleep_watch::CAPACITY);
 
 const SLEEPER_WORDS: usize = sleeper::OPS + 2 * SEMOPM;
 

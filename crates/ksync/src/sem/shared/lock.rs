@@ -50,7 +50,7 @@ impl Owners for Processes<'_> {
     }
 
     fn nap(&self, word: &AtomicU32, expected: u32) -> Wake {
-        wait_shared(word, expected, PROBE_EVERY)
+        wait_shared(word, expected, Some(PROBE_EVERY))
     }
 
     fn wake_one(&self, word: &AtomicU32) {

@@ -8,6 +8,7 @@ use std::ptr::NonNull;
 use super::layout::{header, sem_word, Layout, MAGIC, VERSION};
 use super::sigbus;
 use crate::sem::counters::Counters;
+use crate::sem::sleep_watch::SleepWatch;
 use crate::sem::{SemError, SEMMSL};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -32,6 +33,9 @@ pub(super) struct Mapping {
     /// kept here, not in the file, so that counting costs the other
     /// processes nothing.
     pub(super) counters: Counters,
+    /// Which of this process's sleepers in the set sleeps with a timeout
+    /// (`set.rs`, `crate::sem::sleep_watch`).
+    pub(super) watch: SleepWatch,
     /// The mapping's slot in the `SIGBUS` handler's table (`sigbus.rs`).
     guard: Option<usize>,
 }
@@ -114,6 +118,7 @@ impl Mapping {
             lockers_here: AtomicU32::new(0),
             claiming: std::sync::Mutex::new(()),
             counters: Counters::default(),
+            watch: SleepWatch::new(),
             guard: None,
         })
     }

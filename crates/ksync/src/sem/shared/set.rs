@@ -10,13 +10,13 @@ use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
 use super::engine::{sweep_due, touch_otime, Locked};
 use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
-    header, proc_slot, sem_word, sleeper, Layout, MAGIC, NPROC, READY, REMOVED, SLEEPER_FREE,
-    SLOT_LIVE, VERSION,
+    header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, READY, REMOVED,
+    SLEEPER_FREE, SLOT_LIVE, VERSION, WAITING,
 };
 use super::map::{identity, Mapping};
 use super::procs::{registry, Me};
 use super::share;
-use crate::futex::wait_shared;
+use crate::futex::{wait_shared, wake_shared};
 use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
 use crate::sem::queue::{learn, poll_before_queueing, spin_budget, wait_ended, Look, Polled};
@@ -31,9 +31,57 @@ pub const IPC_CREAT: i32 = 0o1000;
 /// `semget` flag, with [`IPC_CREAT`]: fail with `EEXIST` if the key has a set.
 pub const IPC_EXCL: i32 = 0o2000;
 
-/// How often a sleeper looks for dead processes whose undo could wake it,
-/// and for a waker that died before waking it.
+/// How often a process's watch (`crate::sem::sleep_watch`) looks for dead
+/// processes whose undo could wake a sleeper, and for a waker that died
+/// before waking one.
 const SLEEPER_POLL: Duration = Duration::from_millis(100);
+
+/// A sleeper registered with its process's watch (`crate::sem::sleep_watch`)
+/// until it leaves: explicitly before it returns, which a watch must do
+/// before its slot can be reused, or on drop, for the error paths.
+struct Asleep<'a> {
+    map: &'a Mapping,
+    slot: usize,
+    left: core::cell::Cell<bool>,
+}
+
+impl<'a> Asleep<'a> {
+    fn enter(map: &'a Mapping, slot: usize) -> Asleep<'a> {
+        map.watch.enter(slot);
+        Asleep {
+            map,
+            slot,
+            left: core::cell::Cell::new(false),
+        }
+    }
+
+    /// Unregisters; a watch hands its role to another sleeper of this
+    /// process, which it tells through its status word and wakes.
+    fn leave(&self) {
+        if self.left.replace(true) {
+            return;
+        }
+        let layout = self.map.layout;
+        let status = |slot| self.map.word(layout.sleeper(slot, sleeper::STATUS));
+        let appointed = self.map.watch.leave(self.slot, |next| {
+            // Relaxed: the futex wait that reads it, and the wake below,
+            // order it; a waker's release store of READY overwrites it.
+            status(next)
+                .compare_exchange(WAITING, APPOINTED, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
+        if let Some(next) = appointed {
+            wake_shared(status(next), 1);
+            Counters::add(&self.map.counters.outside.wake_calls, 1);
+        }
+    }
+}
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
 
 /// What `IPC_STAT` reports for a shared set (`struct semid_ds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,6 +405,10 @@ impl SharedSemSet {
         let me = match known {
             Some(me) => me,
             None => {
+                // A fork child's copy of the watch names its parent's
+                // sleepers; no thread of this process sleeps in the set
+                // before it has a slot.
+                self.map.watch.reset();
                 let me = registry().claim(&self.map)?;
                 Locked::enter(&self.map, me)?.clear_slot(me.slot, SLOT_LIVE);
                 registry().publish(&self.map, me);
@@ -675,47 +727,81 @@ impl SharedSemSet {
             learn(spins, false);
             Counters::add(&counters.polls, u64::from(spins));
         }
+        let asleep = Asleep::enter(&self.map, slot);
         loop {
             // Pairs with the release store in `Locked`'s drop.
-            if status.load(Ordering::Acquire) == READY {
-                return self.collect_and_help(slot);
+            match status.load(Ordering::Acquire) {
+                READY => {
+                    asleep.leave();
+                    return self.collect_and_help(slot);
+                }
+                // A watch that left named this sleeper its successor
+                // (`Asleep::leave`): back to waiting, as the watch. A waker
+                // that published meanwhile wins.
+                APPOINTED => {
+                    let _ = status.compare_exchange(
+                        APPOINTED,
+                        WAITING,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    continue;
+                }
+                _ => {}
             }
             if self.map.poisoned() {
                 // The file is gone from under the mapping: nothing will
                 // ever wake this sleeper.
                 return Err(SemError::Invalid);
             }
-            let now = Instant::now();
+            // Only the watch sleeps with a timeout when its call has none
+            // (`crate::sem::sleep_watch`): the others save the timer.
+            let watch = self.map.watch.is_watch(slot);
             let nap = match deadline {
-                Some(d) if d <= now => {
-                    let mut held = Locked::enter(&self.map, self.me()?)?;
-                    // Done meanwhile: its waker stored the status before
-                    // releasing the lock, or died; either way the result stands.
-                    return match held.cancel(slot)? {
-                        Some(_) => self.collect(slot),
-                        None => Err(SemError::Again),
-                    };
+                Some(d) => {
+                    let now = Instant::now();
+                    if d <= now {
+                        asleep.leave();
+                        let mut held = Locked::enter(&self.map, self.me()?)?;
+                        // Done meanwhile: its waker stored the status before
+                        // releasing the lock, or died; either way the result
+                        // stands.
+                        return match held.cancel(slot)? {
+                            Some(_) => self.collect(slot),
+                            None => Err(SemError::Again),
+                        };
+                    }
+                    Some(if watch {
+                        (d - now).min(SLEEPER_POLL)
+                    } else {
+                        d - now
+                    })
                 }
-                Some(d) => (d - now).min(SLEEPER_POLL),
-                None => SLEEPER_POLL,
+                None => watch.then_some(SLEEPER_POLL),
             };
             Counters::add(&counters.parks, 1);
-            let wake = wait_shared(status, super::layout::WAITING, nap);
+            let wake = wait_shared(status, WAITING, nap);
             if wake == crate::futex::Wake::Interrupted {
                 // The kernel's semop is never restarted after a signal
                 // handler, SA_RESTART or not (signal(7)): leave the queue
                 // with EINTR, unless a waker decided the call meanwhile.
+                asleep.leave();
                 let mut held = Locked::enter(&self.map, self.me()?)?;
                 return match held.cancel(slot)? {
                     Some(_) => self.collect(slot),
                     None => Err(SemError::Interrupted),
                 };
             }
-            if wake == crate::futex::Wake::TimedOut && deadline.is_none_or(|d| Instant::now() < d) {
-                // No wake-up for a while. Every SLEEPER_POLL one sleeper of
-                // the set (whichever looks first) sweeps it: adopts dead
-                // processes' leftovers and finishes what a waker or a
-                // remover that died left undone. The others go back to sleep.
+            if watch
+                && wake == crate::futex::Wake::TimedOut
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                // No wake-up for a while. Every SLEEPER_POLL the watch of
+                // one process (whichever looks first) sweeps the set: adopts
+                // dead processes' leftovers, finishes what a waker or a
+                // remover that died left undone, and wakes sleepers whose
+                // wake-up a dead process claimed. The other watches go back
+                // to sleep.
                 if sweep_due(&self.map, SLEEPER_POLL) || self.is_removed() {
                     let mut held = Locked::enter(&self.map, self.me()?)?;
                     if sweep_due(&self.map, SLEEPER_POLL) || held.removed() {
@@ -1199,6 +1285,55 @@ pub(super) mod tests {
         // came due: `reap_if_due`), the post's, and its retry of the sleeper.
         assert!((3..=4).contains(&(after.attempts - before.attempts)));
         assert_eq!(after.visited - before.visited, 1);
+        set.remove().unwrap();
+    }
+
+    /// A waker that publishes its sleepers' results and dies before waking
+    /// them (or a helper that dies after claiming their wake-ups): only the
+    /// process's watch sleeps with a timeout, and its sweep wakes the rest.
+    #[test]
+    fn sleepers_whose_wake_ups_were_lost_are_woken_by_the_watchs_sweep() {
+        const SLEEPERS: usize = 3;
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        let id = set.id();
+        let parks = set.counters().parks;
+        let sleepers: Vec<_> = (0..SLEEPERS)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let set = SharedSemSet::open_id(id).unwrap();
+                    set.semop(&[SemBuf::new(0, -1, 0)])
+                })
+            })
+            .collect();
+        // Asleep, past their polls.
+        while set.counters().parks < parks + SLEEPERS as u64 {
+            std::thread::yield_now();
+        }
+        {
+            let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
+            held.set_values(&[(0, SLEEPERS as i32)]);
+            let lost = std::mem::take(&mut held.woken);
+            assert_eq!(lost.len(), SLEEPERS);
+            for slot in lost {
+                set.map
+                    .word(set.map.layout.sleeper(slot, sleeper::STATUS))
+                    .store(READY, Ordering::Release);
+            }
+        }
+        // A bound for a hang only: the sweep comes within about 100 ms.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sleepers.iter().all(|s| s.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "a sleeper whose wake-up was lost is still asleep"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for sleeper in sleepers {
+            sleeper.join().unwrap().unwrap();
+        }
+        assert_eq!(set.get_value(0), Ok(0));
         set.remove().unwrap();
     }
 
