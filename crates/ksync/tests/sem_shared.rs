@@ -724,11 +724,12 @@ fn undo_is_applied_when_a_process_exits_is_signalled_or_killed() {
     }
 }
 
-/// Sleepers without a timeout: only one sleeper of a process sleeps with
-/// one (its watch, which looks for the dead), and a watch that returns
-/// hands the role to another. Two of three are posted (the first queued,
-/// which most often is the watch), then the child holding the last unit is
-/// killed: the one left must get it through the child's undo.
+/// Sleepers without a timeout: among 16 or more sleepers of a process only
+/// one sleeps with one (its watch, which looks for the dead), and a watch
+/// that returns hands the role to another. All but one of 20 are posted
+/// (the first queued, which most often is the watch, among them), then the
+/// child holding the last unit is killed: the one left must get it through
+/// the child's undo.
 #[test]
 fn the_last_sleeper_without_a_timeout_gets_a_killed_processs_undo() {
     let _dog = Watchdog::arm("watch_hand_over", Duration::from_secs(60));
@@ -737,16 +738,21 @@ fn the_last_sleeper_without_a_timeout_gets_a_killed_processs_undo() {
     let id = set.id();
     let kid = Kid::spawn("hold", &args(&[&Side::Shared.code(), &id, &0, &-1]));
     assert_eq!(kid.expect_errno("held"), 0);
-    let sleepers: Vec<_> = (0..3)
+    const SLEEPERS: i16 = 20;
+    let sleepers: Vec<_> = (0..SLEEPERS)
         .map(|_| {
             std::thread::spawn(move || {
                 ChildSet::open(Side::Shared.code(), id).op(&[SemBuf::new(0, -1, 0)], None)
             })
         })
         .collect();
-    wait_until("the sleepers queued", || set.ncnt(0) == Ok(3));
-    set.semop(&[SemBuf::new(0, 2, 0)]).unwrap();
-    wait_until("two sleepers returned", || set.ncnt(0) == Ok(1));
+    wait_until("the sleepers queued", || {
+        set.ncnt(0) == Ok(SLEEPERS as usize)
+    });
+    // Past their polls, asleep.
+    std::thread::sleep(Duration::from_millis(20));
+    set.semop(&[SemBuf::new(0, SLEEPERS - 1, 0)]).unwrap();
+    wait_until("all but one returned", || set.ncnt(0) == Ok(1));
     // Past its polls, asleep.
     std::thread::sleep(Duration::from_millis(20));
     kid.signal(libc::SIGKILL);

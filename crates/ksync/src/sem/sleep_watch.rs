@@ -9,18 +9,28 @@
 //! what a sembench burn costs the whole machine. It takes only one
 //! timed sleeper per process: a process that dies takes its own sleepers
 //! with it, and the watch of any process still alive adopts its leftovers.
-//! So each process keeps at most one of its sleepers in a set timed, the
+//! So a process with many sleepers in a set keeps one of them timed, the
 //! watch, and the others sleep until woken.
 //!
-//! The rule: **while a process has a sleeper in the set, one of them is its
-//! watch or has been appointed and woken to become it.** Sleepers register
-//! (`enter`) before their first sleep and unregister (`leave`) before they
-//! return. Before each sleep a sleeper asks [`SleepWatch::is_watch`]: the
-//! watch, or whoever finds the role vacant and takes it, sleeps timed. A
-//! watch that leaves hands the role to a registered sleeper: it names it
-//! the watch, then has it told through its status word (the caller's
-//! `appoint`, a compare-and-swap from waiting to appointed that makes the
-//! sleeper's futex wait fail or wakes it), and the caller wakes it.
+//! Handing the role on costs a wake-up, and a watch hands it on each time
+//! it returns. With many sleepers queued in turn, that is once per round of
+//! the queue, and each round saves a timer per sleeper; with few, it can be
+//! every other sleep, and the extra wake-up costs more than the timers it
+//! saves (sembench `-t 8`: 30% fewer burns). So sleepers sleep without a
+//! timeout only while [`CROWD`] or more of their process sleep in the set;
+//! below that every sleeper keeps its timeout, as before.
+//!
+//! The rule: **while a process has a sleeper in the set without a timeout,
+//! one of its sleepers is its watch or has been appointed and woken to
+//! become it.** Sleepers `enter` before their first sleep and `leave`
+//! before they return; one that is to sleep without a timeout first
+//! registers, so that a watch that leaves can find it. Before each sleep a
+//! sleeper asks [`SleepWatch::nap`]: the watch, or whoever finds the role
+//! vacant and takes it, sleeps timed. A watch that leaves hands the role to
+//! a registered sleeper: it names it the watch, then has it told through its
+//! status word (the caller's `appoint`, a compare-and-swap from waiting to
+//! appointed that makes the sleeper's futex wait fail or wakes it), and the
+//! caller wakes it.
 //!
 //! Two races are closed by a store, a `SeqCst` fence and a load on each
 //! side (Dekker's pattern; the fences, not `SeqCst` accesses, so that loom
@@ -51,15 +61,38 @@ const WORDS: usize = 16;
 /// No watch.
 const VACANT: u32 = 0;
 
+/// Sleepers of one process in one set from which they sleep without a
+/// timeout: below this, hand-overs would cost more than the timers saved
+/// (module doc).
+pub(crate) const CROWD: u32 = 16;
+
+/// How a sleeper is to sleep ([`SleepWatch::nap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Nap {
+    /// With a timeout, as the process's watch: it sweeps the set when it
+    /// times out.
+    Watch,
+    /// With a timeout: few sleepers, no hand-over to pay for.
+    Timed,
+    /// Without one; registered, for a leaving watch to find.
+    Untimed,
+}
+
 #[repr(align(128))]
 struct Line(AtomicU64);
 
 /// One process's sleepers in one set, and which of them is the watch.
 pub(crate) struct SleepWatch {
-    asleep: [Line; WORDS],
+    /// Sleepers that sleep, or may sleep, without a timeout.
+    untimed: [Line; WORDS],
     /// The watch's slot + 1, or [`VACANT`].
     watch: AtomicU32,
+    /// Sleepers between `enter` and `leave`.
+    sleeping: Line32,
 }
+
+#[repr(align(128))]
+struct Line32(AtomicU32);
 
 fn place(slot: usize) -> (usize, u64) {
     debug_assert!(slot < CAPACITY);
@@ -73,51 +106,68 @@ fn token(slot: usize) -> u32 {
 impl SleepWatch {
     pub(crate) fn new() -> SleepWatch {
         SleepWatch {
-            asleep: core::array::from_fn(|_| Line(AtomicU64::new(0))),
+            untimed: core::array::from_fn(|_| Line(AtomicU64::new(0))),
             watch: AtomicU32::new(VACANT),
+            sleeping: Line32(AtomicU32::new(0)),
         }
     }
 
-    /// The sleeper of `slot` is about to sleep for the first time in its
-    /// call.
-    pub(crate) fn enter(&self, slot: usize) {
-        let (w, bit) = place(slot);
-        self.asleep[w].0.fetch_or(bit, Ordering::Relaxed);
-        // Registered before `is_watch` reads the role: pairs with the fence
-        // in `leave` between giving the role up and looking for sleepers
-        // (the first race in the module doc).
-        fence(Ordering::SeqCst);
+    /// A sleeper is about to sleep for the first time in its call (it is
+    /// counted; it registers in `nap` if it sleeps untimed).
+    pub(crate) fn enter(&self) {
+        self.sleeping.0.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether the sleeper of `slot` (registered) is to sleep with a
-    /// timeout: it is the watch, or it finds the role vacant and takes it.
-    pub(crate) fn is_watch(&self, slot: usize) -> bool {
+    /// How the sleeper of `slot` (entered) is to sleep: timed as the watch
+    /// (it is, or it finds the role vacant and takes it), timed among few,
+    /// or untimed, registered first.
+    pub(crate) fn nap(&self, slot: usize) -> Nap {
         let me = token(slot);
         loop {
             match self.watch.load(Ordering::Relaxed) {
-                w if w == me => return true,
+                w if w == me => return Nap::Watch,
                 VACANT => {
                     if self
                         .watch
                         .compare_exchange(VACANT, me, Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                     {
-                        return true;
+                        return Nap::Watch;
                     }
+                    continue;
                 }
-                _ => return false,
+                _ => {}
             }
+            if self.sleeping.0.load(Ordering::Relaxed) < CROWD {
+                return Nap::Timed;
+            }
+            if self.is_registered(slot) {
+                return Nap::Untimed;
+            }
+            let (w, bit) = place(slot);
+            self.untimed[w].0.fetch_or(bit, Ordering::Relaxed);
+            // Registered before reading the role again: pairs with the
+            // fence in `leave` between giving the role up and looking for
+            // sleepers (the first race in the module doc).
+            fence(Ordering::SeqCst);
         }
     }
 
     /// The sleeper of `slot` is about to return. If it was the watch, the
-    /// role goes to another registered sleeper, whom `appoint` tells
-    /// (`false`: that sleeper has its result and is leaving, and will hand
-    /// the role on itself). Returns the slot appointed, for the caller to
-    /// wake.
-    pub(crate) fn leave(&self, slot: usize, appoint: impl Fn(usize) -> bool) -> Option<usize> {
+    /// role goes to another registered sleeper, `rather` if it is one (the
+    /// one likely to sleep longest: each hand-over costs a wake-up), whom
+    /// `appoint` tells (`false`: that sleeper has its result and is leaving,
+    /// and will hand the role on itself). Returns the slot appointed, for
+    /// the caller to wake.
+    pub(crate) fn leave(
+        &self,
+        slot: usize,
+        rather: Option<usize>,
+        appoint: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        self.sleeping.0.fetch_sub(1, Ordering::Relaxed);
         let (w, bit) = place(slot);
-        self.asleep[w].0.fetch_and(!bit, Ordering::Relaxed);
+        self.untimed[w].0.fetch_and(!bit, Ordering::Relaxed);
         // Unregistered before reading the role: pairs with the fence in
         // `hand_over` between naming this slot and checking it is still
         // registered (the second race).
@@ -132,16 +182,17 @@ impl SleepWatch {
             return None;
         }
         // Given up before looking for sleepers: pairs with the fence in
-        // `enter` (the first race).
+        // `nap` between registering and reading the role (the first race).
         fence(Ordering::SeqCst);
-        self.hand_over(appoint)
+        self.hand_over(rather.filter(|&r| r != slot && r < CAPACITY), appoint)
     }
 
     /// Names a registered sleeper the watch, if there is one and nobody
     /// took the vacant role first.
-    fn hand_over(&self, appoint: impl Fn(usize) -> bool) -> Option<usize> {
+    fn hand_over(&self, rather: Option<usize>, appoint: impl Fn(usize) -> bool) -> Option<usize> {
+        let mut rather = rather.filter(|&r| self.is_registered(r));
         loop {
-            let next = self.registered()?;
+            let next = rather.take().or_else(|| self.registered())?;
             let them = token(next);
             if self
                 .watch
@@ -153,8 +204,7 @@ impl SleepWatch {
             // Named before checking it is still registered: pairs with the
             // fence in `leave` (the second race).
             fence(Ordering::SeqCst);
-            let (w, bit) = place(next);
-            if self.asleep[w].0.load(Ordering::Relaxed) & bit != 0 {
+            if self.is_registered(next) {
                 return appoint(next).then_some(next);
             }
             // It left meanwhile: take the choice back, unless its own leave
@@ -171,9 +221,14 @@ impl SleepWatch {
         }
     }
 
+    fn is_registered(&self, slot: usize) -> bool {
+        let (w, bit) = place(slot);
+        self.untimed[w].0.load(Ordering::Relaxed) & bit != 0
+    }
+
     /// A registered sleeper's slot, if any.
     fn registered(&self) -> Option<usize> {
-        self.asleep.iter().enumerate().find_map(|(w, line)| {
+        self.untimed.iter().enumerate().find_map(|(w, line)| {
             let bits = line.0.load(Ordering::Relaxed);
             (bits != 0).then(|| w + WORDS * bits.trailing_zeros() as usize)
         })
@@ -183,10 +238,11 @@ impl SleepWatch {
     /// its parent's threads. Call before any thread of this process
     /// registers.
     pub(crate) fn reset(&self) {
-        for line in &self.asleep {
+        for line in &self.untimed {
             line.0.store(0, Ordering::SeqCst);
         }
         self.watch.store(VACANT, Ordering::SeqCst);
+        self.sleeping.0.store(0, Ordering::SeqCst);
     }
 }
 
@@ -194,52 +250,101 @@ impl SleepWatch {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_first_sleeper_takes_the_vacant_role_and_the_others_sleep_untimed() {
+    /// A watch whose process has `CROWD` other sleepers, which never nap,
+    /// so that the tests' sleepers nap untimed.
+    fn crowded() -> SleepWatch {
         let watch = SleepWatch::new();
-        watch.enter(3);
-        watch.enter(40);
-        assert!(watch.is_watch(3));
-        assert!(watch.is_watch(3));
-        assert!(!watch.is_watch(40));
+        for _ in 0..CROWD {
+            watch.enter();
+        }
+        watch
     }
 
     #[test]
-    fn a_leaving_watch_appoints_a_registered_sleeper_and_others_leave_quietly() {
+    fn among_few_sleepers_everyone_keeps_a_timeout() {
         let watch = SleepWatch::new();
-        for slot in [5, 17, 900] {
-            watch.enter(slot);
+        for _ in 0..CROWD - 1 {
+            watch.enter();
         }
-        assert!(watch.is_watch(5));
-        assert_eq!(watch.leave(17, |_| panic!("not the watch")), None);
-        let next = watch.leave(5, |slot| slot == 900);
+        assert_eq!(watch.nap(0), Nap::Watch);
+        assert_eq!(watch.nap(1), Nap::Timed);
+        // Nobody to hand over to: nobody sleeps untimed.
+        assert_eq!(watch.leave(0, None, |_| panic!("nobody is untimed")), None);
+        assert_eq!(watch.nap(1), Nap::Watch, "the role was left vacant");
+    }
+
+    #[test]
+    fn in_a_crowd_the_first_sleeper_takes_the_vacant_role_and_the_others_sleep_untimed() {
+        let watch = crowded();
+        watch.enter();
+        watch.enter();
+        assert_eq!(watch.nap(3), Nap::Watch);
+        assert_eq!(watch.nap(3), Nap::Watch);
+        assert_eq!(watch.nap(40), Nap::Untimed);
+        assert_eq!(watch.nap(40), Nap::Untimed);
+    }
+
+    #[test]
+    fn a_leaving_watch_appoints_an_untimed_sleeper_and_others_leave_quietly() {
+        let watch = crowded();
+        for _ in [5, 17, 900] {
+            watch.enter();
+        }
+        assert_eq!(watch.nap(5), Nap::Watch);
+        assert_eq!(watch.nap(17), Nap::Untimed);
+        assert_eq!(watch.nap(900), Nap::Untimed);
+        assert_eq!(watch.leave(17, None, |_| panic!("not the watch")), None);
+        let next = watch.leave(5, None, |slot| slot == 900);
         assert_eq!(next, Some(900));
-        assert!(watch.is_watch(900));
-        assert_eq!(watch.leave(900, |_| panic!("nobody is left")), None);
-        watch.enter(1);
-        assert!(watch.is_watch(1), "the role is vacant again");
+        assert_eq!(watch.nap(900), Nap::Watch);
+        assert_eq!(watch.leave(900, None, |_| panic!("nobody is left")), None);
+        watch.enter();
+        assert_eq!(watch.nap(1), Nap::Watch, "the role is vacant again");
+    }
+
+    #[test]
+    fn the_sleeper_preferred_is_appointed_if_untimed() {
+        let watch = crowded();
+        for _ in [0, 1, 2] {
+            watch.enter();
+        }
+        assert_eq!(watch.nap(0), Nap::Watch);
+        assert_eq!(watch.nap(1), Nap::Untimed);
+        assert_eq!(watch.nap(2), Nap::Untimed);
+        assert_eq!(watch.leave(0, Some(2), |_| true), Some(2));
+        assert_eq!(
+            watch.leave(2, Some(1001), |_| true),
+            Some(1),
+            "1001 never registered"
+        );
     }
 
     #[test]
     fn a_successor_with_its_result_is_named_but_not_woken() {
-        let watch = SleepWatch::new();
-        watch.enter(0);
-        watch.enter(1);
-        assert!(watch.is_watch(0));
-        assert_eq!(watch.leave(0, |_| false), None);
+        let watch = crowded();
+        watch.enter();
+        watch.enter();
+        assert_eq!(watch.nap(0), Nap::Watch);
+        assert_eq!(watch.nap(1), Nap::Untimed);
+        assert_eq!(watch.leave(0, None, |_| false), None);
         // Slot 1 is the watch; its own leave hands the role on.
-        assert!(watch.is_watch(1));
+        assert_eq!(watch.nap(1), Nap::Watch);
     }
 
     #[test]
     fn reset_forgets_the_sleepers_and_the_watch() {
-        let watch = SleepWatch::new();
-        watch.enter(2);
-        assert!(watch.is_watch(2));
+        let watch = crowded();
+        watch.enter();
+        watch.enter();
+        assert_eq!(watch.nap(2), Nap::Watch);
+        assert_eq!(watch.nap(3), Nap::Untimed);
         watch.reset();
-        watch.enter(7);
-        assert!(watch.is_watch(7));
-        assert_eq!(watch.leave(7, |_| panic!("slot 2 is forgotten")), None);
+        watch.enter();
+        assert_eq!(watch.nap(7), Nap::Watch);
+        assert_eq!(
+            watch.leave(7, None, |_| panic!("slot 3 is forgotten")),
+            None
+        );
     }
 }
 
@@ -252,7 +357,8 @@ mod loom_models {
     const APPOINTED: u32 = 2;
 
     /// The status words of sleepers 0..3, and the compare-and-swap the
-    /// shared sets appoint with.
+    /// shared sets appoint with; a crowd of other sleepers, which never
+    /// nap, makes them nap untimed.
     struct Sleepers {
         watch: SleepWatch,
         status: [AtomicU32; 3],
@@ -260,26 +366,33 @@ mod loom_models {
 
     impl Sleepers {
         fn new() -> Arc<Sleepers> {
+            let watch = SleepWatch::new();
+            for _ in 0..CROWD {
+                watch.enter();
+            }
             Arc::new(Sleepers {
-                watch: SleepWatch::new(),
+                watch,
                 status: core::array::from_fn(|_| AtomicU32::new(WAITING)),
             })
         }
 
         fn leave(&self, slot: usize) {
-            self.watch.leave(slot, |next| {
+            self.watch.leave(slot, None, |next| {
                 self.status[next]
                     .compare_exchange(WAITING, APPOINTED, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             });
         }
 
-        /// A sleeper that stays asleep is watched: it is the watch, and it
-        /// either decided to sleep timed or was told through its status
+        /// A sleeper that stays asleep untimed is watched: it is the watch,
+        /// and it either napped as the watch or was told through its status
         /// word (which fails its futex wait, or is followed by a wake).
-        fn assert_watched(&self, slot: usize, timed: bool) {
+        fn assert_watched(&self, slot: usize, nap: Nap) {
+            if nap == Nap::Timed {
+                return;
+            }
             assert_eq!(self.watch.watch.load(Ordering::SeqCst), token(slot));
-            assert!(timed || self.status[slot].load(Ordering::SeqCst) == APPOINTED);
+            assert!(nap == Nap::Watch || self.status[slot].load(Ordering::SeqCst) == APPOINTED);
         }
     }
 
@@ -287,16 +400,16 @@ mod loom_models {
     fn a_sleeper_arriving_as_the_watch_leaves_is_watched() {
         loom::model(|| {
             let s = Sleepers::new();
-            s.watch.enter(0);
-            assert!(s.watch.is_watch(0));
+            s.watch.enter();
+            assert_eq!(s.watch.nap(0), Nap::Watch);
             let leaver = {
                 let s = Arc::clone(&s);
                 loom::thread::spawn(move || s.leave(0))
             };
-            s.watch.enter(1);
-            let timed = s.watch.is_watch(1);
+            s.watch.enter();
+            let nap = s.watch.nap(1);
             leaver.join().unwrap();
-            s.assert_watched(1, timed);
+            s.assert_watched(1, nap);
         });
     }
 
@@ -304,10 +417,10 @@ mod loom_models {
     fn a_successor_leaving_as_it_is_appointed_passes_the_role_on() {
         loom::model(|| {
             let s = Sleepers::new();
-            s.watch.enter(0);
-            s.watch.enter(1);
-            assert!(s.watch.is_watch(0));
-            assert!(!s.watch.is_watch(1));
+            s.watch.enter();
+            s.watch.enter();
+            assert_eq!(s.watch.nap(0), Nap::Watch);
+            assert_eq!(s.watch.nap(1), Nap::Untimed);
             let leavers: Vec<_> = [0, 1]
                 .into_iter()
                 .map(|slot| {
@@ -315,12 +428,12 @@ mod loom_models {
                     loom::thread::spawn(move || s.leave(slot))
                 })
                 .collect();
-            s.watch.enter(2);
-            let timed = s.watch.is_watch(2);
+            s.watch.enter();
+            let nap = s.watch.nap(2);
             for leaver in leavers {
                 leaver.join().unwrap();
             }
-            s.assert_watched(2, timed);
+            s.assert_watched(2, nap);
         });
     }
 }

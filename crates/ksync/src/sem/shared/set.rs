@@ -20,6 +20,7 @@ use crate::futex::{wait_shared, wake_shared};
 use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
 use crate::sem::queue::{learn, poll_before_queueing, spin_budget, wait_ended, Look, Polled};
+use crate::sem::sleep_watch::Nap;
 use crate::sem::stamp::{current_pid, now_secs, system_time};
 use crate::sem::{SemBuf, SemCounters, SemError, IPC_NOWAIT, SEMMSL, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
@@ -47,7 +48,7 @@ struct Asleep<'a> {
 
 impl<'a> Asleep<'a> {
     fn enter(map: &'a Mapping, slot: usize) -> Asleep<'a> {
-        map.watch.enter(slot);
+        map.watch.enter();
         Asleep {
             map,
             slot,
@@ -63,7 +64,10 @@ impl<'a> Asleep<'a> {
         }
         let layout = self.map.layout;
         let status = |slot| self.map.word(layout.sleeper(slot, sleeper::STATUS));
-        let appointed = self.map.watch.leave(self.slot, |next| {
+        // The queue's newest sleeper, if it is this process's, is likely
+        // to sleep longest: each hand-over costs a wake-up.
+        let newest = (self.map.load(header::QUEUE_TAIL) as usize).checked_sub(1);
+        let appointed = self.map.watch.leave(self.slot, newest, |next| {
             // Relaxed: the futex wait that reads it, and the wake below,
             // order it; a waker's release store of READY overwrites it.
             status(next)
@@ -754,9 +758,10 @@ impl SharedSemSet {
                 // ever wake this sleeper.
                 return Err(SemError::Invalid);
             }
-            // Only the watch sleeps with a timeout when its call has none
-            // (`crate::sem::sleep_watch`): the others save the timer.
-            let watch = self.map.watch.is_watch(slot);
+            // Among many sleepers of this process, only the watch sleeps
+            // with a timeout when its call has none (`crate::sem::sleep_watch`):
+            // the others save the timer.
+            let timed = self.map.watch.nap(slot) != Nap::Untimed;
             let nap = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -771,13 +776,13 @@ impl SharedSemSet {
                             None => Err(SemError::Again),
                         };
                     }
-                    Some(if watch {
+                    Some(if timed {
                         (d - now).min(SLEEPER_POLL)
                     } else {
                         d - now
                     })
                 }
-                None => watch.then_some(SLEEPER_POLL),
+                None => timed.then_some(SLEEPER_POLL),
             };
             Counters::add(&counters.parks, 1);
             let wake = wait_shared(status, WAITING, nap);
@@ -792,16 +797,16 @@ impl SharedSemSet {
                     None => Err(SemError::Interrupted),
                 };
             }
-            if watch
+            if timed
                 && wake == crate::futex::Wake::TimedOut
                 && deadline.is_none_or(|d| Instant::now() < d)
             {
-                // No wake-up for a while. Every SLEEPER_POLL the watch of
-                // one process (whichever looks first) sweeps the set: adopts
-                // dead processes' leftovers, finishes what a waker or a
-                // remover that died left undone, and wakes sleepers whose
-                // wake-up a dead process claimed. The other watches go back
-                // to sleep.
+                // No wake-up for a while. Every SLEEPER_POLL one timed
+                // sleeper of the set (whichever looks first) sweeps it:
+                // adopts dead processes' leftovers, finishes what a waker or
+                // a remover that died left undone, and wakes sleepers whose
+                // wake-up a dead process claimed. The others go back to
+                // sleep.
                 if sweep_due(&self.map, SLEEPER_POLL) || self.is_removed() {
                     let mut held = Locked::enter(&self.map, self.me()?)?;
                     if sweep_due(&self.map, SLEEPER_POLL) || held.removed() {
@@ -1289,14 +1294,24 @@ pub(super) mod tests {
     }
 
     /// A waker that publishes its sleepers' results and dies before waking
-    /// them (or a helper that dies after claiming their wake-ups): only the
-    /// process's watch sleeps with a timeout, and its sweep wakes the rest.
+    /// them (or a helper that dies after claiming their wake-ups): in a
+    /// crowd only the process's watch sleeps with a timeout, and its sweep
+    /// wakes the rest.
     #[test]
     fn sleepers_whose_wake_ups_were_lost_are_woken_by_the_watchs_sweep() {
         const SLEEPERS: usize = 3;
         let scratch = Scratch::new(1);
-        let set = &scratch.0;
-        let id = set.id();
+        let id = scratch.0.id();
+        // A handle on the mapping the sleepers' handles share.
+        let set = &SharedSemSet::open_id(id).unwrap();
+        // A crowd of sleepers the watch counts but that never nap, so that
+        // the real ones nap untimed; entered after the process's slot is
+        // claimed, which resets the watch.
+        set.me().unwrap();
+        let crowd = 1000..1000 + crate::sem::sleep_watch::CROWD as usize;
+        for _ in crowd.clone() {
+            set.map.watch.enter();
+        }
         let parks = set.counters().parks;
         let sleepers: Vec<_> = (0..SLEEPERS)
             .map(|_| {
@@ -1332,6 +1347,9 @@ pub(super) mod tests {
         }
         for sleeper in sleepers {
             sleeper.join().unwrap().unwrap();
+        }
+        for slot in crowd {
+            set.map.watch.leave(slot, None, |_| false);
         }
         assert_eq!(set.get_value(0), Ok(0));
         set.remove().unwrap();
