@@ -148,9 +148,12 @@ pub(crate) fn wait_shared(
                 .map_or(core::ptr::null(), |ts| ts as *const libc::timespec),
         )
     };
-    match (rc, std::io::Error::last_os_error().raw_os_error()) {
-        (-1, Some(libc::ETIMEDOUT)) => Wake::TimedOut,
-        (-1, Some(libc::EINTR)) => Wake::Interrupted,
+    if rc != -1 {
+        return Wake::Woken;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ETIMEDOUT) => Wake::TimedOut,
+        Some(libc::EINTR) => Wake::Interrupted,
         _ => Wake::Woken,
     }
 }

@@ -154,20 +154,23 @@ impl SleepWatch {
     }
 
     /// The sleeper of `slot` is about to return. If it was the watch, the
-    /// role goes to another registered sleeper, `rather` if it is one (the
-    /// one likely to sleep longest: each hand-over costs a wake-up), whom
+    /// role goes to another registered sleeper, the one `rather` names if it
+    /// is one (the one likely to sleep longest: each hand-over costs a
+    /// wake-up), whom
     /// `appoint` tells (`false`: that sleeper has its result and is leaving,
     /// and will hand the role on itself). Returns the slot appointed, for
     /// the caller to wake.
     pub(crate) fn leave(
         &self,
         slot: usize,
-        rather: Option<usize>,
+        rather: impl FnOnce() -> Option<usize>,
         appoint: impl Fn(usize) -> bool,
     ) -> Option<usize> {
         self.sleeping.0.fetch_sub(1, Ordering::Relaxed);
-        let (w, bit) = place(slot);
-        self.untimed[w].0.fetch_and(!bit, Ordering::Relaxed);
+        if self.is_registered(slot) {
+            let (w, bit) = place(slot);
+            self.untimed[w].0.fetch_and(!bit, Ordering::Relaxed);
+        }
         // Unregistered before reading the role: pairs with the fence in
         // `hand_over` between naming this slot and checking it is still
         // registered (the second race).
@@ -184,7 +187,7 @@ impl SleepWatch {
         // Given up before looking for sleepers: pairs with the fence in
         // `nap` between registering and reading the role (the first race).
         fence(Ordering::SeqCst);
-        self.hand_over(rather.filter(|&r| r != slot && r < CAPACITY), appoint)
+        self.hand_over(rather().filter(|&r| r != slot && r < CAPACITY), appoint)
     }
 
     /// Names a registered sleeper the watch, if there is one and nobody
@@ -269,7 +272,10 @@ mod tests {
         assert_eq!(watch.nap(0), Nap::Watch);
         assert_eq!(watch.nap(1), Nap::Timed);
         // Nobody to hand over to: nobody sleeps untimed.
-        assert_eq!(watch.leave(0, None, |_| panic!("nobody is untimed")), None);
+        assert_eq!(
+            watch.leave(0, || None, |_| panic!("nobody is untimed")),
+            None
+        );
         assert_eq!(watch.nap(1), Nap::Watch, "the role was left vacant");
     }
 
@@ -293,11 +299,14 @@ mod tests {
         assert_eq!(watch.nap(5), Nap::Watch);
         assert_eq!(watch.nap(17), Nap::Untimed);
         assert_eq!(watch.nap(900), Nap::Untimed);
-        assert_eq!(watch.leave(17, None, |_| panic!("not the watch")), None);
-        let next = watch.leave(5, None, |slot| slot == 900);
+        assert_eq!(watch.leave(17, || None, |_| panic!("not the watch")), None);
+        let next = watch.leave(5, || None, |slot| slot == 900);
         assert_eq!(next, Some(900));
         assert_eq!(watch.nap(900), Nap::Watch);
-        assert_eq!(watch.leave(900, None, |_| panic!("nobody is left")), None);
+        assert_eq!(
+            watch.leave(900, || None, |_| panic!("nobody is left")),
+            None
+        );
         watch.enter();
         assert_eq!(watch.nap(1), Nap::Watch, "the role is vacant again");
     }
@@ -311,9 +320,9 @@ mod tests {
         assert_eq!(watch.nap(0), Nap::Watch);
         assert_eq!(watch.nap(1), Nap::Untimed);
         assert_eq!(watch.nap(2), Nap::Untimed);
-        assert_eq!(watch.leave(0, Some(2), |_| true), Some(2));
+        assert_eq!(watch.leave(0, || Some(2), |_| true), Some(2));
         assert_eq!(
-            watch.leave(2, Some(1001), |_| true),
+            watch.leave(2, || Some(1001), |_| true),
             Some(1),
             "1001 never registered"
         );
@@ -326,7 +335,7 @@ mod tests {
         watch.enter();
         assert_eq!(watch.nap(0), Nap::Watch);
         assert_eq!(watch.nap(1), Nap::Untimed);
-        assert_eq!(watch.leave(0, None, |_| false), None);
+        assert_eq!(watch.leave(0, || None, |_| false), None);
         // Slot 1 is the watch; its own leave hands the role on.
         assert_eq!(watch.nap(1), Nap::Watch);
     }
@@ -342,7 +351,7 @@ mod tests {
         watch.enter();
         assert_eq!(watch.nap(7), Nap::Watch);
         assert_eq!(
-            watch.leave(7, None, |_| panic!("slot 3 is forgotten")),
+            watch.leave(7, || None, |_| panic!("slot 3 is forgotten")),
             None
         );
     }
@@ -377,11 +386,15 @@ mod loom_models {
         }
 
         fn leave(&self, slot: usize) {
-            self.watch.leave(slot, None, |next| {
-                self.status[next]
-                    .compare_exchange(WAITING, APPOINTED, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-            });
+            self.watch.leave(
+                slot,
+                || None,
+                |next| {
+                    self.status[next]
+                        .compare_exchange(WAITING, APPOINTED, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                },
+            );
         }
 
         /// A sleeper that stays asleep untimed is watched: it is the watch,

@@ -66,7 +66,7 @@ impl<'a> Asleep<'a> {
         let status = |slot| self.map.word(layout.sleeper(slot, sleeper::STATUS));
         // The queue's newest sleeper, if it is this process's, is likely
         // to sleep longest: each hand-over costs a wake-up.
-        let newest = (self.map.load(header::QUEUE_TAIL) as usize).checked_sub(1);
+        let newest = || (self.map.load(header::QUEUE_TAIL) as usize).checked_sub(1);
         let appointed = self.map.watch.leave(self.slot, newest, |next| {
             // Relaxed: the futex wait that reads it, and the wake below,
             // order it; a waker's release store of READY overwrites it.
@@ -1349,7 +1349,7 @@ pub(super) mod tests {
             sleeper.join().unwrap().unwrap();
         }
         for slot in crowd {
-            set.map.watch.leave(slot, None, |_| false);
+            set.map.watch.leave(slot, || None, |_| false);
         }
         assert_eq!(set.get_value(0), Ok(0));
         set.remove().unwrap();
