@@ -127,11 +127,7 @@ impl SleepWatch {
             match self.watch.load(Ordering::Relaxed) {
                 w if w == me => return Nap::Watch,
                 VACANT => {
-                    if self
-                        .watch
-                        .compare_exchange(VACANT, me, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                    {
+                    if self.pass_role(VACANT, me) {
                         return Nap::Watch;
                     }
                     continue;
@@ -156,10 +152,9 @@ impl SleepWatch {
     /// The sleeper of `slot` is about to return. If it was the watch, the
     /// role goes to another registered sleeper, the one `rather` names if it
     /// is one (the one likely to sleep longest: each hand-over costs a
-    /// wake-up), whom
-    /// `appoint` tells (`false`: that sleeper has its result and is leaving,
-    /// and will hand the role on itself). Returns the slot appointed, for
-    /// the caller to wake.
+    /// wake-up), whom `appoint` tells (`false`: that sleeper has its result
+    /// and is leaving, and will hand the role on itself). Returns the slot
+    /// appointed, for the caller to wake.
     pub(crate) fn leave(
         &self,
         slot: usize,
@@ -176,12 +171,7 @@ impl SleepWatch {
         // registered (the second race).
         fence(Ordering::SeqCst);
         let me = token(slot);
-        if self.watch.load(Ordering::Relaxed) != me
-            || self
-                .watch
-                .compare_exchange(me, VACANT, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if self.watch.load(Ordering::Relaxed) != me || !self.pass_role(me, VACANT) {
             return None;
         }
         // Given up before looking for sleepers: pairs with the fence in
@@ -197,11 +187,7 @@ impl SleepWatch {
         loop {
             let next = rather.take().or_else(|| self.registered())?;
             let them = token(next);
-            if self
-                .watch
-                .compare_exchange(VACANT, them, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
+            if !self.pass_role(VACANT, them) {
                 return None;
             }
             // Named before checking it is still registered: pairs with the
@@ -212,16 +198,20 @@ impl SleepWatch {
             }
             // It left meanwhile: take the choice back, unless its own leave
             // took the role back first and hands it on itself.
-            if self
-                .watch
-                .compare_exchange(them, VACANT, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
+            if !self.pass_role(them, VACANT) {
                 return None;
             }
             // Given up again before looking again (the first race).
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// Moves the role from `from` to `to` (tokens or [`VACANT`]), if
+    /// nobody moved it first; the fences around the callers order it.
+    fn pass_role(&self, from: u32, to: u32) -> bool {
+        self.watch
+            .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     fn is_registered(&self, slot: usize) -> bool {
