@@ -520,8 +520,8 @@ impl<'a> Locked<'a> {
         }
         // A result published but not collected yet: its sleeper is on its
         // way out, or asleep because the process that claimed its wake-up
-        // died before making it (`share.rs`), and only the watches sleep
-        // with a timeout (`crate::sem::sleep_watch`). Woken again, not
+        // died before making it (`share.rs`), and it may sleep without a
+        // timeout (`crate::sem::sleep_watch`). Woken again, not
         // counted: a second wake-up is harmless, and a live waker may
         // simply not have made its first yet.
         self.woken.extend(published);

@@ -37,15 +37,16 @@
 //!   result is published but not collected, so they return within about
 //!   100 ms.
 //! * **Every process with sleepers in a set keeps one of them awake now and
-//!   then** (`crate::sem::sleep_watch`): its watch sleeps with a 100 ms
-//!   timeout, the others without one (a timer costs about 0.3 us per
-//!   sleep). A watch that returns names another of its process's sleepers
-//!   and wakes it. A process that dies takes its own sleepers with it, so
-//!   the watch of any process still alive is enough for its leftovers.
+//!   then** (`crate::sem::sleep_watch`): its sleepers sleep with a 100 ms
+//!   timeout, but while 16 or more of them sleep in the set only one does,
+//!   its watch, and the others save the timer (about 0.3 us per sleep). A
+//!   watch that returns names one of those others and wakes it. A process
+//!   that dies takes its own sleepers with it, so the timed sleepers of
+//!   the processes still alive are enough for its leftovers.
 //! * **The dead's leftovers are adopted by the living** (`engine.rs`,
 //!   `Locked::reap`): in every control call, before a call would block or
-//!   fail with `EAGAIN` (at most every 10 ms), and in one watch of the set
-//!   every 100 ms (`Locked::sweep`), the lock holder looks for dead slots;
+//!   fail with `EAGAIN` (at most every 10 ms), and in one timed sleeper of
+//!   the set every 100 ms (`Locked::sweep`), the lock holder looks for dead slots;
 //!   their queued sleepers leave the queue
 //!   and their undo adjustments are applied as the kernel applies them at
 //!   exit, then the sleepers this enables are completed. A sleeper whose
@@ -90,11 +91,10 @@
 //!   (`sigbus.rs`) turns that into `EINVAL` for every later call on the set
 //!   in that process. It is installed when the first set is mapped and
 //!   passes other `SIGBUS`es on to the handler that was there before. A
-//!   thread already asleep in the set learns of it only if it is its
-//!   process's watch (the others sleep without a timeout, and no wake-up
-//!   can reach a truncated file): like any other write a hostile process
-//!   can make to the file, such as emptying the queue, it can leave
-//!   sleepers asleep.
+//!   thread already asleep in the set learns of it only if it sleeps with a
+//!   timeout (see the watch above; no wake-up can reach a futex in a
+//!   truncated file): like any other write a hostile process can make to
+//!   the file, such as emptying the queue, it can leave sleepers asleep.
 
 mod dir;
 mod engine;

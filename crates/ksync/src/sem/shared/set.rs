@@ -32,9 +32,9 @@ pub const IPC_CREAT: i32 = 0o1000;
 /// `semget` flag, with [`IPC_CREAT`]: fail with `EEXIST` if the key has a set.
 pub const IPC_EXCL: i32 = 0o2000;
 
-/// How often a process's watch (`crate::sem::sleep_watch`) looks for dead
-/// processes whose undo could wake a sleeper, and for a waker that died
-/// before waking one.
+/// How often a timed sleeper (each of a few, or a process's watch among
+/// many: `crate::sem::sleep_watch`) looks for dead processes whose undo
+/// could wake a sleeper, and for a waker that died before waking one.
 const SLEEPER_POLL: Duration = Duration::from_millis(100);
 
 /// A sleeper registered with its process's watch (`crate::sem::sleep_watch`)
