@@ -330,6 +330,10 @@ impl Kid {
             .args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(ARGS, args.join(","))
+            // Every sleeper of a child but its watch sleeps without a
+            // timeout (by default only 16 or more do), so that recovery
+            // from the dead is tested without the sleepers' own timeouts.
+            .env("KSYNC_UNTIMED_CROWD", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -62,8 +62,9 @@ const WORDS: usize = 16;
 const VACANT: u32 = 0;
 
 /// Sleepers of one process in one set from which they sleep without a
-/// timeout: below this, hand-overs would cost more than the timers saved
-/// (module doc).
+/// timeout, by default: below this, hand-overs would cost more than the
+/// timers saved (module doc). The shared sets let a user or a test choose
+/// another (`crate::sem::shared::set_untimed_crowd`).
 pub(crate) const CROWD: u32 = 16;
 
 /// How a sleeper is to sleep ([`SleepWatch::nap`]).
@@ -119,9 +120,9 @@ impl SleepWatch {
     }
 
     /// How the sleeper of `slot` (entered) is to sleep: timed as the watch
-    /// (it is, or it finds the role vacant and takes it), timed among few,
-    /// or untimed, registered first.
-    pub(crate) fn nap(&self, slot: usize) -> Nap {
+    /// (it is, or it finds the role vacant and takes it), timed among fewer
+    /// than `crowd`, or untimed, registered first.
+    pub(crate) fn nap(&self, slot: usize, crowd: u32) -> Nap {
         let me = token(slot);
         loop {
             match self.watch.load(Ordering::Relaxed) {
@@ -134,7 +135,7 @@ impl SleepWatch {
                 }
                 _ => {}
             }
-            if self.sleeping.0.load(Ordering::Relaxed) < CROWD {
+            if self.sleeping.0.load(Ordering::Relaxed) < crowd {
                 return Nap::Timed;
             }
             if self.is_registered(slot) {
@@ -259,14 +260,14 @@ mod tests {
         for _ in 0..CROWD - 1 {
             watch.enter();
         }
-        assert_eq!(watch.nap(0), Nap::Watch);
-        assert_eq!(watch.nap(1), Nap::Timed);
+        assert_eq!(watch.nap(0, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(1, CROWD), Nap::Timed);
         // Nobody to hand over to: nobody sleeps untimed.
         assert_eq!(
             watch.leave(0, || None, |_| panic!("nobody is untimed")),
             None
         );
-        assert_eq!(watch.nap(1), Nap::Watch, "the role was left vacant");
+        assert_eq!(watch.nap(1, CROWD), Nap::Watch, "the role was left vacant");
     }
 
     #[test]
@@ -274,10 +275,10 @@ mod tests {
         let watch = crowded();
         watch.enter();
         watch.enter();
-        assert_eq!(watch.nap(3), Nap::Watch);
-        assert_eq!(watch.nap(3), Nap::Watch);
-        assert_eq!(watch.nap(40), Nap::Untimed);
-        assert_eq!(watch.nap(40), Nap::Untimed);
+        assert_eq!(watch.nap(3, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(3, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(40, CROWD), Nap::Untimed);
+        assert_eq!(watch.nap(40, CROWD), Nap::Untimed);
     }
 
     #[test]
@@ -286,19 +287,19 @@ mod tests {
         for _ in [5, 17, 900] {
             watch.enter();
         }
-        assert_eq!(watch.nap(5), Nap::Watch);
-        assert_eq!(watch.nap(17), Nap::Untimed);
-        assert_eq!(watch.nap(900), Nap::Untimed);
+        assert_eq!(watch.nap(5, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(17, CROWD), Nap::Untimed);
+        assert_eq!(watch.nap(900, CROWD), Nap::Untimed);
         assert_eq!(watch.leave(17, || None, |_| panic!("not the watch")), None);
         let next = watch.leave(5, || None, |slot| slot == 900);
         assert_eq!(next, Some(900));
-        assert_eq!(watch.nap(900), Nap::Watch);
+        assert_eq!(watch.nap(900, CROWD), Nap::Watch);
         assert_eq!(
             watch.leave(900, || None, |_| panic!("nobody is left")),
             None
         );
         watch.enter();
-        assert_eq!(watch.nap(1), Nap::Watch, "the role is vacant again");
+        assert_eq!(watch.nap(1, CROWD), Nap::Watch, "the role is vacant again");
     }
 
     #[test]
@@ -307,9 +308,9 @@ mod tests {
         for _ in [0, 1, 2] {
             watch.enter();
         }
-        assert_eq!(watch.nap(0), Nap::Watch);
-        assert_eq!(watch.nap(1), Nap::Untimed);
-        assert_eq!(watch.nap(2), Nap::Untimed);
+        assert_eq!(watch.nap(0, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
+        assert_eq!(watch.nap(2, CROWD), Nap::Untimed);
         assert_eq!(watch.leave(0, || Some(2), |_| true), Some(2));
         assert_eq!(
             watch.leave(2, || Some(1001), |_| true),
@@ -323,11 +324,11 @@ mod tests {
         let watch = crowded();
         watch.enter();
         watch.enter();
-        assert_eq!(watch.nap(0), Nap::Watch);
-        assert_eq!(watch.nap(1), Nap::Untimed);
+        assert_eq!(watch.nap(0, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
         assert_eq!(watch.leave(0, || None, |_| false), None);
         // Slot 1 is the watch; its own leave hands the role on.
-        assert_eq!(watch.nap(1), Nap::Watch);
+        assert_eq!(watch.nap(1, CROWD), Nap::Watch);
     }
 
     #[test]
@@ -335,11 +336,11 @@ mod tests {
         let watch = crowded();
         watch.enter();
         watch.enter();
-        assert_eq!(watch.nap(2), Nap::Watch);
-        assert_eq!(watch.nap(3), Nap::Untimed);
+        assert_eq!(watch.nap(2, CROWD), Nap::Watch);
+        assert_eq!(watch.nap(3, CROWD), Nap::Untimed);
         watch.reset();
         watch.enter();
-        assert_eq!(watch.nap(7), Nap::Watch);
+        assert_eq!(watch.nap(7, CROWD), Nap::Watch);
         assert_eq!(
             watch.leave(7, || None, |_| panic!("slot 3 is forgotten")),
             None
@@ -404,13 +405,13 @@ mod loom_models {
         loom::model(|| {
             let s = Sleepers::new();
             s.watch.enter();
-            assert_eq!(s.watch.nap(0), Nap::Watch);
+            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
             let leaver = {
                 let s = Arc::clone(&s);
                 loom::thread::spawn(move || s.leave(0))
             };
             s.watch.enter();
-            let nap = s.watch.nap(1);
+            let nap = s.watch.nap(1, CROWD);
             leaver.join().unwrap();
             s.assert_watched(1, nap);
         });
@@ -422,8 +423,8 @@ mod loom_models {
             let s = Sleepers::new();
             s.watch.enter();
             s.watch.enter();
-            assert_eq!(s.watch.nap(0), Nap::Watch);
-            assert_eq!(s.watch.nap(1), Nap::Untimed);
+            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
+            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
             let leavers: Vec<_> = [0, 1]
                 .into_iter()
                 .map(|slot| {
@@ -432,7 +433,7 @@ mod loom_models {
                 })
                 .collect();
             s.watch.enter();
-            let nap = s.watch.nap(2);
+            let nap = s.watch.nap(2, CROWD);
             for leaver in leavers {
                 leaver.join().unwrap();
             }

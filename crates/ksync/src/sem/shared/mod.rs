@@ -114,5 +114,6 @@ pub use dir::{
 };
 pub use layout::{NPROC, NSLEEP};
 pub use set::{
-    RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
+    set_untimed_crowd, RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL,
+    IPC_PRIVATE,
 };

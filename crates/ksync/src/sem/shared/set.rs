@@ -2,7 +2,7 @@
 //! with the `semop` and `semctl` calls of [`SemSet`](crate::sem::SemSet).
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,6 +36,43 @@ pub const IPC_EXCL: i32 = 0o2000;
 /// many: `crate::sem::sleep_watch`) looks for dead processes whose undo
 /// could wake a sleeper, and for a waker that died before waking one.
 const SLEEPER_POLL: Duration = Duration::from_millis(100);
+
+/// How many sleepers of one process must sleep in a set before they sleep
+/// without a timeout (but for their watch); `u32::MAX` until first read
+/// from `KSYNC_UNTIMED_CROWD` or the default.
+static UNTIMED_CROWD: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Sets how many sleepers of one process must sleep in a shared set before
+/// all but one of them (the process's watch) sleep without a timeout, for
+/// every shared set in this process; the default is 16, or
+/// `KSYNC_UNTIMED_CROWD` from the environment. A sleeper with a timeout
+/// arms and cancels a kernel timer on every sleep (about 0.3 us), so a set
+/// with many sleepers runs faster without; but a watch that returns wakes
+/// another sleeper to take its place, which costs more than the timers
+/// when few sleep. 1 makes every sleeper but the watch untimed (the tests
+/// use it to run the untimed path with few threads); `u32::MAX - 1` keeps
+/// every sleeper timed.
+///
+/// ```
+/// ksync::sem::shared::set_untimed_crowd(32);
+/// ```
+pub fn set_untimed_crowd(sleepers: u32) {
+    UNTIMED_CROWD.store(sleepers.min(u32::MAX - 1), Ordering::Relaxed);
+}
+
+/// [`set_untimed_crowd`]'s value.
+fn untimed_crowd() -> u32 {
+    let crowd = UNTIMED_CROWD.load(Ordering::Relaxed);
+    if crowd != u32::MAX {
+        return crowd;
+    }
+    let from_env = std::env::var("KSYNC_UNTIMED_CROWD")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(crate::sem::sleep_watch::CROWD);
+    set_untimed_crowd(from_env);
+    from_env.min(u32::MAX - 1)
+}
 
 /// A sleeper registered with its process's watch (`crate::sem::sleep_watch`)
 /// until it leaves: explicitly before it returns, which a watch must do
@@ -761,7 +798,7 @@ impl SharedSemSet {
             // Among many sleepers of this process, only the watch sleeps
             // with a timeout when its call has none (`crate::sem::sleep_watch`):
             // the others save the timer.
-            let timed = self.map.watch.nap(slot) != Nap::Untimed;
+            let timed = self.map.watch.nap(slot, untimed_crowd()) != Nap::Untimed;
             let nap = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -1308,7 +1345,7 @@ pub(super) mod tests {
         // the real ones nap untimed; entered after the process's slot is
         // claimed, which resets the watch.
         set.me().unwrap();
-        let crowd = 1000..1000 + crate::sem::sleep_watch::CROWD as usize;
+        let crowd = 1000..1000 + untimed_crowd().min(1000) as usize;
         for _ in crowd.clone() {
             set.map.watch.enter();
         }
