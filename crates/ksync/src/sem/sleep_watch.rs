@@ -417,6 +417,36 @@ mod loom_models {
         });
     }
 
+    /// The successor's result arrives as it is appointed: the waker's
+    /// store of READY overwrites, or fails, the appointment, and the
+    /// successor, leaving with its result, passes the role to the sleeper
+    /// still asleep.
+    #[test]
+    fn a_successor_whose_result_arrives_passes_the_role_on() {
+        const READY: u32 = 1;
+        loom::model(|| {
+            let s = Sleepers::new();
+            for _ in 0..3 {
+                s.watch.enter();
+            }
+            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
+            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
+            assert_eq!(s.watch.nap(2, CROWD), Nap::Untimed);
+            let leaver = {
+                let s = Arc::clone(&s);
+                loom::thread::spawn(move || s.leave(0))
+            };
+            // Slot 1's waker publishes; its sleeper sees the result (or
+            // its appointment, which it waits out) and leaves.
+            s.status[1].store(READY, Ordering::SeqCst);
+            s.leave(1);
+            leaver.join().unwrap();
+            // Slot 2 may have been appointed by either leaver; if it is
+            // not the watch, nobody is, and that must not be.
+            s.assert_watched(2, Nap::Untimed);
+        });
+    }
+
     #[test]
     fn a_successor_leaving_as_it_is_appointed_passes_the_role_on() {
         loom::model(|| {
