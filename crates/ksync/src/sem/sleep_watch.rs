@@ -70,10 +70,10 @@ pub(crate) const CROWD: u32 = 16;
 /// How a sleeper is to sleep ([`SleepWatch::nap`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Nap {
-    /// With a timeout, as the process's watch: it sweeps the set when it
-    /// times out.
+    /// With a timeout, as the process's watch (a timed sleeper that times
+    /// out sweeps the set, whichever kind).
     Watch,
-    /// With a timeout: few sleepers, no hand-over to pay for.
+    /// With a timeout, among few sleepers: no hand-over to pay for.
     Timed,
     /// Without one; registered, for a leaving watch to find.
     Untimed,
