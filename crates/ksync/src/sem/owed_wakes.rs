@@ -25,8 +25,8 @@
 //! by it or by a helper. A helper the scheduler stops between its claim and
 //! its wake delays the few slots it claimed, never the poster or the rest;
 //! one that dies there leaves them to the set's next sweep, which wakes
-//! every sleeper whose result is published but not collected (a watch,
-//! `crate::sem::sleep_watch`, sweeps every 100 ms).
+//! every sleeper whose result is published but not collected (a timed
+//! sleeper of the set sweeps every 100 ms).
 //!
 //! Barriers: the release `fetch_or` in [`mark`] pairs with the acquire
 //! `fetch_and` in [`claim`], so a claimer's wake comes after the poster's

@@ -63,8 +63,8 @@ const VACANT: u32 = 0;
 
 /// Sleepers of one process in one set from which they sleep without a
 /// timeout, by default: below this, hand-overs would cost more than the
-/// timers saved (module doc). The shared sets let a user or a test choose
-/// another (`crate::sem::shared::set_untimed_crowd`).
+/// timers saved (module doc). The process-shared sets let a user or a
+/// test choose another, and pass it to [`SleepWatch::nap`].
 pub(crate) const CROWD: u32 = 16;
 
 /// How a sleeper is to sleep ([`SleepWatch::nap`]).

@@ -499,32 +499,30 @@ impl<'a> Locked<'a> {
         // check it).
         let before = self.woken.len();
         self.smart_update(Change::All);
+        let mut swept = self.woken.len() - before;
         let layout = *self.layout();
-        let mut published = Vec::new();
         for slot in 0..NSLEEP {
             if self.map.load(layout.sleeper(slot, sleeper::STATE)) != SLEEPER_DONE
                 || self.woken.contains(&slot)
             {
                 continue;
             }
-            // Under the lock, a live waker has published what it committed.
+            // Under the lock, a live waker has published what it committed:
+            // an unpublished result is counted. A result published but not
+            // collected yet is woken again, not counted: its sleeper is on
+            // its way out, or asleep because the process that claimed its
+            // wake-up died before making it (`share.rs`), and it may sleep
+            // without a timeout (`crate::sem::sleep_watch`); a second
+            // wake-up is harmless, and a live waker may simply not have made
+            // its first yet.
             if self.map.load(layout.sleeper(slot, sleeper::STATUS)) != READY {
-                self.woken.push(slot);
-            } else {
-                published.push(slot);
+                swept += 1;
             }
+            self.woken.push(slot);
         }
-        let swept = self.woken.len() - before;
         if swept > 0 {
             bump(self.map, header::SWEPT, swept as u32);
         }
-        // A result published but not collected yet: its sleeper is on its
-        // way out, or asleep because the process that claimed its wake-up
-        // died before making it (`share.rs`), and it may sleep without a
-        // timeout (`crate::sem::sleep_watch`). Woken again, not
-        // counted: a second wake-up is harmless, and a live waker may
-        // simply not have made its first yet.
-        self.woken.extend(published);
         Ok(())
     }
 
