@@ -29,8 +29,13 @@
 //! vacant and takes it, sleeps timed. A watch that leaves hands the role to
 //! a registered sleeper: it names it the watch, then has it told through its
 //! status word (the caller's `appoint`, a compare-and-swap from waiting to
-//! appointed that makes the sleeper's futex wait fail or wakes it), and the
-//! caller wakes it.
+//! appointed that makes the sleeper's futex wait fail), and the caller wakes
+//! it. It wakes it even if the compare-and-swap failed because the
+//! sleeper's result is in: that sleeper would hand the role on as it left,
+//! but only once it runs, and the wake-up its waker owed it may be lost (a
+//! waker killed between publishing and waking). Then the new watch, which
+//! is to wake every 100 ms to sweep up such losses, would sleep untimed,
+//! and its process with it.
 //!
 //! Two races are closed by a store, a `SeqCst` fence and a load on each
 //! side (Dekker's pattern; the fences, not `SeqCst` accesses, so that loom
@@ -153,14 +158,14 @@ impl SleepWatch {
     /// The sleeper of `slot` is about to return. If it was the watch, the
     /// role goes to another registered sleeper, the one `rather` names if it
     /// is one (the one likely to sleep longest: each hand-over costs a
-    /// wake-up), whom `appoint` tells (`false`: that sleeper has its result
-    /// and is leaving, and will hand the role on itself). Returns the slot
-    /// appointed, for the caller to wake.
+    /// wake-up), whom `appoint` tells. Returns the slot appointed, for the
+    /// caller to wake, whether or not `appoint` found it still waiting (see
+    /// the module doc).
     pub(crate) fn leave(
         &self,
         slot: usize,
         rather: impl FnOnce() -> Option<usize>,
-        appoint: impl Fn(usize) -> bool,
+        appoint: impl Fn(usize),
     ) -> Option<usize> {
         self.sleeping.0.fetch_sub(1, Ordering::Relaxed);
         if self.is_registered(slot) {
@@ -183,7 +188,7 @@ impl SleepWatch {
 
     /// Names a registered sleeper the watch, if there is one and nobody
     /// took the vacant role first.
-    fn hand_over(&self, rather: Option<usize>, appoint: impl Fn(usize) -> bool) -> Option<usize> {
+    fn hand_over(&self, rather: Option<usize>, appoint: impl Fn(usize)) -> Option<usize> {
         let mut rather = rather.filter(|&r| self.is_registered(r));
         loop {
             let next = rather.take().or_else(|| self.registered())?;
@@ -192,10 +197,15 @@ impl SleepWatch {
                 return None;
             }
             // Named before checking it is still registered: pairs with the
-            // fence in `leave` (the second race).
+            // fence in `leave` (the second race). And named before it is
+            // appointed: pairs with the fence the caller's sleeper makes
+            // after setting an appointment back to waiting, so that one
+            // whose status still held a stale appointment, which `appoint`
+            // then fails on, sees itself named before it sleeps again.
             fence(Ordering::SeqCst);
             if self.is_registered(next) {
-                return appoint(next).then_some(next);
+                appoint(next);
+                return Some(next);
             }
             // It left meanwhile: take the choice back, unless its own leave
             // took the role back first and hands it on itself.
@@ -291,7 +301,7 @@ mod tests {
         assert_eq!(watch.nap(17, CROWD), Nap::Untimed);
         assert_eq!(watch.nap(900, CROWD), Nap::Untimed);
         assert_eq!(watch.leave(17, || None, |_| panic!("not the watch")), None);
-        let next = watch.leave(5, || None, |slot| slot == 900);
+        let next = watch.leave(5, || None, |slot| assert_eq!(slot, 900));
         assert_eq!(next, Some(900));
         assert_eq!(watch.nap(900, CROWD), Nap::Watch);
         assert_eq!(
@@ -311,23 +321,25 @@ mod tests {
         assert_eq!(watch.nap(0, CROWD), Nap::Watch);
         assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
         assert_eq!(watch.nap(2, CROWD), Nap::Untimed);
-        assert_eq!(watch.leave(0, || Some(2), |_| true), Some(2));
+        assert_eq!(watch.leave(0, || Some(2), |_| ()), Some(2));
         assert_eq!(
-            watch.leave(2, || Some(1001), |_| true),
+            watch.leave(2, || Some(1001), |_| ()),
             Some(1),
             "1001 never registered"
         );
     }
 
+    /// The successor's result is in, and its wake-up may have been lost:
+    /// it is named and woken all the same, and its own leave hands the role
+    /// on.
     #[test]
-    fn a_successor_with_its_result_is_named_but_not_woken() {
+    fn a_successor_with_its_result_is_named_and_woken() {
         let watch = crowded();
         watch.enter();
         watch.enter();
         assert_eq!(watch.nap(0, CROWD), Nap::Watch);
         assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
-        assert_eq!(watch.leave(0, || None, |_| false), None);
-        // Slot 1 is the watch; its own leave hands the role on.
+        assert_eq!(watch.leave(0, || None, |_| ()), Some(1));
         assert_eq!(watch.nap(1, CROWD), Nap::Watch);
     }
 
@@ -358,10 +370,11 @@ mod loom_models {
 
     /// The status words of sleepers 0..3, and the compare-and-swap the
     /// shared sets appoint with; a crowd of other sleepers, which never
-    /// nap, makes them nap untimed.
+    /// nap, makes them nap untimed. `woken`: the wake-ups leavers made.
     struct Sleepers {
         watch: SleepWatch,
         status: [AtomicU32; 3],
+        woken: [AtomicU32; 3],
     }
 
     impl Sleepers {
@@ -373,30 +386,41 @@ mod loom_models {
             Arc::new(Sleepers {
                 watch,
                 status: core::array::from_fn(|_| AtomicU32::new(WAITING)),
+                woken: core::array::from_fn(|_| AtomicU32::new(0)),
             })
         }
 
         fn leave(&self, slot: usize) {
-            self.watch.leave(
+            let appointed = self.watch.leave(
                 slot,
                 || None,
                 |next| {
-                    self.status[next]
-                        .compare_exchange(WAITING, APPOINTED, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
+                    let _ = self.status[next].compare_exchange(
+                        WAITING,
+                        APPOINTED,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
                 },
             );
+            if let Some(next) = appointed {
+                self.woken[next].fetch_add(1, Ordering::SeqCst);
+            }
         }
 
         /// A sleeper that stays asleep untimed is watched: it is the watch,
         /// and it either napped as the watch or was told through its status
-        /// word (which fails its futex wait, or is followed by a wake).
+        /// word (which fails its futex wait) and woken.
         fn assert_watched(&self, slot: usize, nap: Nap) {
             if nap == Nap::Timed {
                 return;
             }
             assert_eq!(self.watch.watch.load(Ordering::SeqCst), token(slot));
-            assert!(nap == Nap::Watch || self.status[slot].load(Ordering::SeqCst) == APPOINTED);
+            assert!(
+                nap == Nap::Watch
+                    || (self.status[slot].load(Ordering::SeqCst) == APPOINTED
+                        && self.woken[slot].load(Ordering::SeqCst) > 0)
+            );
         }
     }
 
@@ -444,6 +468,43 @@ mod loom_models {
             // Slot 2 may have been appointed by either leaver; if it is
             // not the watch, nobody is, and that must not be.
             s.assert_watched(2, Nap::Untimed);
+        });
+    }
+
+    /// A stale appointment (a leaver's, that named the slot's previous
+    /// sleeper) sits in a sleeper's status as a watch leaves and names it:
+    /// the appointment fails on the stale value and the wake-up may come
+    /// before the sleeper, which sets its status back to waiting, sleeps
+    /// again. Its fence after that store, against the leaver's between
+    /// naming and appointing, makes it see itself named.
+    #[test]
+    fn a_sleeper_setting_a_stale_appointment_back_sees_itself_named() {
+        loom::model(|| {
+            let s = Sleepers::new();
+            s.watch.enter();
+            s.watch.enter();
+            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
+            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
+            s.status[1].store(APPOINTED, Ordering::SeqCst);
+            let leaver = {
+                let s = Arc::clone(&s);
+                loom::thread::spawn(move || s.leave(0))
+            };
+            let _ = s.status[1].compare_exchange(
+                APPOINTED,
+                WAITING,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            fence(Ordering::SeqCst);
+            let nap = s.watch.nap(1, CROWD);
+            leaver.join().unwrap();
+            // A sleeper that goes back to sleep untimed while named must
+            // find its status appointed, which fails its futex wait; a
+            // wake-up may have come and gone before it.
+            if s.watch.watch.load(Ordering::SeqCst) == token(1) {
+                assert!(nap == Nap::Watch || s.status[1].load(Ordering::SeqCst) == APPOINTED);
+            }
         });
     }
 

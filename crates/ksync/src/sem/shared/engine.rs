@@ -690,7 +690,7 @@ const REAP_EVERY_MS: u32 = 10;
 
 /// A coarse monotonic clock in milliseconds, the same in every process
 /// (wrapping; only differences are used).
-fn coarse_ms() -> u32 {
+pub(super) fn coarse_ms() -> u32 {
     // SAFETY: plain old data; clock_gettime fills it (from the vDSO).
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer.

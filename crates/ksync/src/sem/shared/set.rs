@@ -2,7 +2,7 @@
 //! with the `semop` and `semctl` calls of [`SemSet`](crate::sem::SemSet).
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -106,10 +106,15 @@ impl<'a> Asleep<'a> {
         let newest = || (self.map.load(header::QUEUE_TAIL) as usize).checked_sub(1);
         let appointed = self.map.watch.leave(self.slot, newest, |next| {
             // Relaxed: the futex wait that reads it, and the wake below,
-            // order it; a waker's release store of READY overwrites it.
-            status(next)
-                .compare_exchange(WAITING, APPOINTED, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+            // order it; a waker's release store of READY overwrites it, or
+            // fails it, and the wake below goes out all the same (a
+            // successor whose result is in may have lost its wake-up).
+            let _ = status(next).compare_exchange(
+                WAITING,
+                APPOINTED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         });
         if let Some(next) = appointed {
             wake_shared(status(next), 1);
@@ -786,6 +791,14 @@ impl SharedSemSet {
                         Ordering::Relaxed,
                         Ordering::Relaxed,
                     );
+                    // Back to waiting before `nap` reads the role: pairs
+                    // with the fence in `SleepWatch::hand_over` between
+                    // naming a successor and appointing it. A leaver whose
+                    // appointment found this slot still APPOINTED (a stale
+                    // one, from a leaver that named the slot's last
+                    // sleeper) woke it anyway, perhaps before this sleep:
+                    // then this sleeper sees itself named here.
+                    fence(Ordering::SeqCst);
                     continue;
                 }
                 _ => {}
@@ -1336,6 +1349,22 @@ pub(super) mod tests {
     /// wakes the rest.
     #[test]
     fn sleepers_whose_wake_ups_were_lost_are_woken_by_the_watchs_sweep() {
+        lost_wake_ups_end(false);
+    }
+
+    /// As above, but a sweep ran just before the watch's timeout, so the
+    /// watch returns without sweeping. The sleeper it names its successor
+    /// has its result and no wake-up coming: the watch must wake it, or
+    /// the process is left with an untimed watch and nobody sweeps.
+    #[test]
+    fn a_watch_that_returns_without_sweeping_wakes_a_successor_whose_wake_up_was_lost() {
+        lost_wake_ups_end(true);
+    }
+
+    /// Sleepers in a crowd whose results are published and never woken;
+    /// `swept_just_before`: a sweep is recorded at the publication, about
+    /// 20 ms into the watch's 100 ms sleep.
+    fn lost_wake_ups_end(swept_just_before: bool) {
         const SLEEPERS: usize = 3;
         let scratch = Scratch::new(1);
         let id = scratch.0.id();
@@ -1361,6 +1390,9 @@ pub(super) mod tests {
         while set.counters().parks < parks + SLEEPERS as u64 {
             std::thread::yield_now();
         }
+        if swept_just_before {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         {
             let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
             held.set_values(&[(0, SLEEPERS as i32)]);
@@ -1370,6 +1402,11 @@ pub(super) mod tests {
                 set.map
                     .word(set.map.layout.sleeper(slot, sleeper::STATUS))
                     .store(READY, Ordering::Release);
+            }
+            if swept_just_before {
+                set.map
+                    .word(header::LAST_SWEEP)
+                    .store(super::super::engine::coarse_ms(), Ordering::Relaxed);
             }
         }
         // A bound for a hang only: the sweep comes within about 100 ms.
