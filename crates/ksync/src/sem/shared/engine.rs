@@ -278,27 +278,33 @@ impl<'a> Locked<'a> {
         Ok(())
     }
 
-    /// Takes `slot` out of the queue and marks it done with `result`, in `tx`.
+    /// Takes `slot`, at `place` in the queue, out of it and marks it done
+    /// with `result`, in `tx`.
     pub(super) fn finish_sleeper(
         &mut self,
         tx: &mut Tx<'_>,
-        queue: &[usize],
+        place: Place,
         slot: usize,
         ops: &[SemBuf],
         result: u32,
     ) {
         let layout = *self.layout();
-        let pos = queue.iter().position(|&s| s == slot);
-        let next = self.map.load(layout.link(slot));
-        match pos {
-            Some(0) | None => tx.write(header::QUEUE_HEAD, next),
-            Some(p) => tx.write(layout.link(queue[p - 1]), next),
-        }
-        if self.map.load(header::QUEUE_TAIL) as usize == slot + 1 {
-            let prev = pos
-                .and_then(|p| p.checked_sub(1))
-                .map_or(0, |p| queue[p] as u32 + 1);
-            tx.write(header::QUEUE_TAIL, prev);
+        // The link to `slot` (slot + 1, or 0 from the head); none when it
+        // is not on the queue (a corrupt file).
+        let link_to_it = match place {
+            Place::Head => Some(0),
+            Place::After(before) => Some(before as u32 + 1),
+            Place::Absent => None,
+        };
+        if let Some(before) = link_to_it {
+            let next = self.map.load(layout.link(slot));
+            match before {
+                0 => tx.write(header::QUEUE_HEAD, next),
+                b => tx.write(layout.link(b as usize - 1), next),
+            }
+            if self.map.load(header::QUEUE_TAIL) as usize == slot + 1 {
+                tx.write(header::QUEUE_TAIL, before);
+            }
         }
         for sop in ops {
             let num = usize::from(sop.num);
@@ -352,10 +358,10 @@ impl<'a> Locked<'a> {
         match self.map.load(layout.sleeper(slot, sleeper::STATE)) {
             SLEEPER_DONE => Ok(Some(self.map.load(layout.sleeper(slot, sleeper::RESULT)))),
             SLEEPER_QUEUED => {
-                let queue = self.queue()?;
+                let place = Place::of(&self.queue()?, slot);
                 let ops = self.sleeper_ops(slot)?;
                 let mut tx = Tx::begin(self.map);
-                self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+                self.finish_sleeper(&mut tx, place, slot, &ops, 0);
                 tx.write(layout.sleeper(slot, sleeper::STATE), SLEEPER_FREE);
                 tx.commit();
                 Ok(None)
@@ -367,12 +373,13 @@ impl<'a> Locked<'a> {
     /// Finishes every queued sleeper with `EIDRM` (the set is being removed).
     pub(super) fn fail_all(&mut self) -> Result<(), SemError> {
         let queue = self.queue()?;
-        for (i, &slot) in queue.iter().enumerate() {
+        // Each from the head in turn.
+        for &slot in &queue {
             let ops = self.sleeper_ops(slot).unwrap_or_default();
             let mut tx = Tx::begin(self.map);
             self.finish_sleeper(
                 &mut tx,
-                &queue[i..],
+                Place::Head,
                 slot,
                 &ops,
                 SemError::Removed.errno() as u32,
@@ -592,7 +599,7 @@ impl<'a> Locked<'a> {
                 return;
             };
             let mut tx = Tx::begin(self.map);
-            self.finish_sleeper(&mut tx, &queue, slot, &ops, 0);
+            self.finish_sleeper(&mut tx, Place::of(&queue, slot), slot, &ops, 0);
             tx.write(state_at, SLEEPER_FREE);
             tx.commit();
         } else {
@@ -676,6 +683,33 @@ impl Drop for Locked<'_> {
             eval: std::mem::take(&mut self.eval),
         };
         give_back(&SCRATCH, scratch);
+    }
+}
+
+/// Where a sleeper leaving the queue sits in it, for
+/// [`Locked::finish_sleeper`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    Head,
+    /// Just after this slot.
+    After(usize),
+    /// Nowhere: the file is corrupt.
+    Absent,
+}
+
+impl Place {
+    /// `slot`'s place in `queue` (in order).
+    fn of(queue: &[usize], slot: usize) -> Place {
+        match queue.iter().position(|&s| s == slot) {
+            Some(0) => Place::Head,
+            Some(p) => Place::After(queue[p - 1]),
+            None => Place::Absent,
+        }
+    }
+
+    /// Just after `slot`, or at the head (`None`).
+    pub(super) fn after(slot: Option<usize>) -> Place {
+        slot.map_or(Place::Head, Place::After)
     }
 }
 

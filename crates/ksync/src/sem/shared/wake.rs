@@ -47,7 +47,7 @@
 //! changes; each semaphore remembers its last, each sleeper when it was last
 //! evaluated.
 
-use super::engine::Locked;
+use super::engine::{Locked, Place};
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
 use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
@@ -94,10 +94,17 @@ impl Kind {
 #[derive(Default)]
 struct Walk {
     /// The queue's slots, in order, and beside them each one's summary and
-    /// the change it was last evaluated after (0: not in this walk).
+    /// the change it was last evaluated after (0: not in this walk). A
+    /// sleeper completed during the walk keeps its position, marked `gone`,
+    /// and `before` names each position's nearest earlier one still queued,
+    /// so that taking a sleeper out costs the same at any position: a post
+    /// that completes many of many sleepers stays linear in them.
     queue: Vec<usize>,
     summaries: Vec<u32>,
     evaluated: Vec<u32>,
+    gone: Vec<bool>,
+    before: Vec<usize>,
+    after: Vec<usize>,
     /// Per semaphore, the last change of this walk that touched it (0:
     /// none); `marked` lists the ones to clear at the end.
     changed: Vec<u32>,
@@ -111,9 +118,6 @@ struct Walk {
     alters: usize,
     zeros: usize,
     complex_zeros: usize,
-    /// Where the alter pass stands while a completion's zero wake-ups
-    /// take sleepers off the queue before it.
-    cursor: usize,
     /// The operations of the sleeper looked at, its evaluation, and the
     /// semaphores of the last completion.
     ops: Vec<SemBuf>,
@@ -129,9 +133,15 @@ impl Walk {
         }
         self.folded = 0;
         self.generation = 1;
-        self.cursor = 0;
+        let len = self.queue.len();
         self.evaluated.clear();
-        self.evaluated.resize(self.queue.len(), 0);
+        self.evaluated.resize(len, 0);
+        self.gone.clear();
+        self.gone.resize(len, false);
+        self.before.clear();
+        self.before.extend((0..len).map(|i| i.wrapping_sub(1)));
+        self.after.clear();
+        self.after.extend(1..=len);
         (self.alters, self.zeros, self.complex_zeros) = (0, 0, 0);
         for i in 0..self.summaries.len() {
             *self.count_of(Kind::of(self.summaries[i])) += 1;
@@ -180,14 +190,28 @@ impl Walk {
         }
     }
 
+    /// Whether the sleeper at position `i` is still queued.
+    fn queued(&self, i: usize) -> bool {
+        !self.gone[i]
+    }
+
+    /// The slot queued just before position `i` (still queued); `None` at
+    /// the head.
+    fn slot_before(&self, i: usize) -> Option<usize> {
+        self.queue.get(self.before[i]).copied()
+    }
+
+    /// Takes the sleeper at position `i` out of the walk's queue.
     fn remove(&mut self, i: usize) {
         *self.count_of(Kind::of(self.summaries[i])) -= 1;
-        if i < self.cursor {
-            self.cursor -= 1;
+        self.gone[i] = true;
+        let (before, after) = (self.before[i], self.after[i]);
+        if let Some(b) = self.after.get_mut(before) {
+            *b = after;
         }
-        self.queue.remove(i);
-        self.summaries.remove(i);
-        self.evaluated.remove(i);
+        if let Some(a) = self.before.get_mut(after) {
+            *a = before;
+        }
     }
 }
 
@@ -287,20 +311,15 @@ impl Locked<'_> {
         if *walk.count_of(list) == 0 {
             return;
         }
-        let mut i = 0;
-        while i < walk.queue.len() {
-            if Kind::of(walk.summaries[i]) != list {
-                i += 1;
+        for i in 0..walk.queue.len() {
+            if !walk.queued(i) || Kind::of(walk.summaries[i]) != list {
                 continue;
             }
             // Every one, as the kernel does: the kernel looks at a
             // wait-for-zero sleeper only when one of the semaphores changed is
             // zero, so what it last found, its blocking operation, may be
             // older than the last change of its semaphores.
-            match self.retry(walk, i, true) {
-                Retry::Unchanged | Retry::Blocked => i += 1,
-                Retry::Failed | Retry::Done => {}
-            }
+            self.retry(walk, i, true);
         }
     }
 
@@ -318,6 +337,10 @@ impl Locked<'_> {
         let mut look_again = false;
         loop {
             while i < walk.queue.len() {
+                if !walk.queued(i) {
+                    i += 1;
+                    continue;
+                }
                 let summary = walk.summaries[i];
                 let eligible = match Kind::of(summary) {
                     // A semaphore's own list holds decrements only: none can
@@ -338,7 +361,7 @@ impl Locked<'_> {
                         passed_flags |= summary;
                         i += 1;
                     }
-                    Retry::Failed => {}
+                    Retry::Failed => i += 1,
                     Retry::Done => {
                         // `check_restart`: the kernel starts again from the
                         // head while the global list is in use, or after a
@@ -351,9 +374,8 @@ impl Locked<'_> {
                         // blocks, perhaps on another operation, which the
                         // walk's last pass finds.
                         let may_unblock = passed && skipped(passed_flags).may_run_after(&walk.ops);
-                        walk.cursor = i;
                         self.after_completion(walk);
-                        i = walk.cursor;
+                        i += 1;
                         if restarts && may_unblock {
                             i = 0;
                             (passed, passed_flags, look_again) = (false, 0, false);
@@ -424,13 +446,15 @@ impl Locked<'_> {
                 return Retry::Blocked;
             }
             Outcome::Failed(e) => {
-                self.finish_sleeper(&mut tx, &walk.queue, slot, &walk.ops, e.errno() as u32);
+                let before = Place::after(walk.slot_before(i));
+                self.finish_sleeper(&mut tx, before, slot, &walk.ops, e.errno() as u32);
                 Retry::Failed
             }
             Outcome::Done => {
                 let pid = self.map.load(layout.proc(owner, proc_slot::PID));
                 self.apply(&mut tx, &walk.eval, owner, pid);
-                self.finish_sleeper(&mut tx, &walk.queue, slot, &walk.ops, 0);
+                let before = Place::after(walk.slot_before(i));
+                self.finish_sleeper(&mut tx, before, slot, &walk.ops, 0);
                 Retry::Done
             }
         };
