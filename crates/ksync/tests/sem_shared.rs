@@ -728,6 +728,53 @@ fn undo_is_applied_when_a_process_exits_is_signalled_or_killed() {
     }
 }
 
+/// A child sleeps on a decrement without SEM_UNDO and is killed; a post
+/// that comes after its death must not complete its sleeper, whose unit
+/// would be lost with it: the kernel takes a killed sleeper off the queue
+/// as it dies. The unit stays for a live caller.
+fn a_dead_sleeper_gets_no_unit(
+    side: Side,
+    id: i32,
+    value: &dyn Fn() -> i32,
+    ncnt: &dyn Fn() -> usize,
+) {
+    let kid = Kid::spawn("wait", &args(&[&side.code(), &id, &0, &-1]));
+    kid.expect("ready");
+    wait_until(&format!("{side:?}: the child asleep"), || ncnt() == 1);
+    kid.signal(libc::SIGKILL);
+    assert!(!kid.reap().success());
+    let set = ChildSet::open(side.code(), id);
+    assert_eq!(set.op(&[SemBuf::new(0, 1, 0)], None), 0);
+    assert_eq!(
+        value(),
+        1,
+        "{side:?}: the post's unit went to the dead sleeper"
+    );
+    assert_eq!(
+        set.op(&[SemBuf::new(0, -1, IPC_NOWAIT)], None),
+        0,
+        "{side:?}"
+    );
+}
+
+#[test]
+fn a_post_after_a_sleepers_death_leaves_its_unit_to_the_living() {
+    let _dog = Watchdog::arm("a_dead_sleeper_gets_no_unit", Duration::from_secs(60));
+    let set = Shared::new(1);
+    a_dead_sleeper_gets_no_unit(
+        Side::Shared,
+        set.id(),
+        &|| set.get_value(0).unwrap(),
+        &|| set.ncnt(0).unwrap(),
+    );
+    if sysv_available("sem_shared::a_post_after_a_sleepers_death") {
+        let k = KernelSet::create(1);
+        a_dead_sleeper_gets_no_unit(Side::Kernel, k.id(), &|| k.get_value(0).unwrap(), &|| {
+            k.ncnt(0).unwrap() as usize
+        });
+    }
+}
+
 /// Sleepers without a timeout: among 16 or more sleepers of a process only
 /// one sleeps with one (its watch, which looks for the dead), and a watch
 /// that returns hands the role to another. All but one of 20 are posted

@@ -51,6 +51,9 @@
 //!   and their undo adjustments are applied as the kernel applies them at
 //!   exit, then the sleepers this enables are completed. A sleeper whose
 //!   units come back through a dead process's undo is woken within 100 ms.
+//!   Until then a dead process's sleepers stay queued, but no change
+//!   completes them (`wake.rs`, `owner_alive`): the kernel takes a killed
+//!   sleeper off its queue as it dies, so no unit may go to one.
 //! * **The lock-free path never crosses a lock holder** (`set.rs`): a
 //!   single operation without `SEM_UNDO` is one compare-and-swap on the
 //!   semaphore's word, allowed only while the word has neither the `LOCKED`

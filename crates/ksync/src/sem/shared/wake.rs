@@ -50,7 +50,8 @@
 use super::engine::{Locked, Place};
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
-use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
+use super::layout::{header, proc_slot, sleeper, split_owner, summary, GEN_MASK, NPROC, SLOT_LIVE};
+use super::procs::is_alive;
 use crate::sem::complete::Skipped;
 use crate::sem::counters::Counters;
 use crate::sem::{SemBuf, SemError};
@@ -123,6 +124,18 @@ struct Walk {
     ops: Vec<SemBuf>,
     eval: Eval,
     completed: Vec<usize>,
+    /// Per process slot, whether its process is alive, as far as this walk
+    /// asked (`Locked::owner_alive`).
+    alive: Vec<Liveness>,
+}
+
+/// What a walk learned of a process slot's owner.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Liveness {
+    #[default]
+    Unknown,
+    Alive,
+    Dead,
 }
 
 impl Walk {
@@ -142,6 +155,8 @@ impl Walk {
         self.before.extend((0..len).map(|i| i.wrapping_sub(1)));
         self.after.clear();
         self.after.extend(1..=len);
+        self.alive.clear();
+        self.alive.resize(NPROC, Liveness::Unknown);
         (self.alters, self.zeros, self.complex_zeros) = (0, 0, 0);
         for i in 0..self.summaries.len() {
             *self.count_of(Kind::of(self.summaries[i])) += 1;
@@ -410,6 +425,30 @@ impl Locked<'_> {
         walk.completed = completed;
     }
 
+    /// Whether process slot `owner` still belongs to incarnation `gen` of a
+    /// live process: a load for this process and for a slot taken by a
+    /// later one, else its liveness lock asked once per walk (a system
+    /// call).
+    fn owner_alive(&self, walk: &mut Walk, owner: usize, gen: u32) -> bool {
+        if (owner, gen) == (self.me.slot, self.me.gen) {
+            return true;
+        }
+        let layout = self.map.layout;
+        if self.map.load(layout.proc(owner, proc_slot::STATE)) != SLOT_LIVE
+            || self.map.load(layout.proc(owner, proc_slot::GEN)) & GEN_MASK != gen
+        {
+            return false;
+        }
+        if walk.alive[owner] == Liveness::Unknown {
+            walk.alive[owner] = if owner != self.me.slot && is_alive(self.map, owner) {
+                Liveness::Alive
+            } else {
+                Liveness::Dead
+            };
+        }
+        walk.alive[owner] == Liveness::Alive
+    }
+
     /// Evaluates the sleeper at queue position `i`, `always` or if
     /// something it names changed since it last was, and completes it
     /// (success or error) if it no longer blocks; a completed sleeper leaves
@@ -427,12 +466,19 @@ impl Locked<'_> {
         if self.read_sleeper_ops(slot, &mut walk.ops).is_err() {
             return Retry::Unchanged;
         }
-        let (owner, _) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
+        let (owner, gen) = split_owner(self.map.load(layout.sleeper(slot, sleeper::OWNER)));
         let changed = walk
             .ops
             .iter()
             .any(|s| walk.changed_after(usize::from(s.num), since));
         if owner >= NPROC || !(always || changed) {
+            return Retry::Unchanged;
+        }
+        // A dead process's sleeper is passed over: the kernel takes a
+        // killed sleeper off its queue as it dies, so no unit goes to it. Here
+        // it stays queued until the next search for the dead (`reap`), which
+        // drops it (and applies its process's undo).
+        if !self.owner_alive(walk, owner, gen) {
             return Retry::Unchanged;
         }
         evaluate_into(self.map, &walk.ops, owner, &mut walk.eval);
