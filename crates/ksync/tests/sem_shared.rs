@@ -500,6 +500,34 @@ fn a_set_file_of_another_layout_version_is_named_and_removed_by_id_and_by_key() 
     assert_ne!(again.id(), id);
 }
 
+/// A process asks its own set's version while it holds a slot in it (an
+/// undo adjustment): that must not drop its slot's liveness lock, which a
+/// closed descriptor of the file would, or the next process to look would
+/// take it for dead and apply its undo.
+#[test]
+fn asking_a_sets_version_keeps_the_askers_slot_alive() {
+    use ksync::sem::shared::{file_layout_version, remove_other_version, LAYOUT_VERSION};
+    let _dog = Watchdog::arm("asking_a_sets_version", Duration::from_secs(60));
+    let set = Shared::new(1);
+    let id = set.id();
+    set.set_value(0, 1).unwrap();
+    set.semop(&[SemBuf::new(0, -1, SEM_UNDO)]).unwrap();
+    assert_eq!(file_layout_version(id), Ok(LAYOUT_VERSION));
+    assert_eq!(remove_other_version(id), Err(SemError::Invalid));
+    // Past the blocked call's search for the dead, which runs at most every
+    // 10 ms: the child's blocked call looks.
+    std::thread::sleep(Duration::from_millis(20));
+    let kid = Kid::spawn("wait", &args(&[&"s", &id, &0, &-1]));
+    kid.expect("ready");
+    // Had this process looked dead, the child would have taken its undo's
+    // unit and returned instead of sleeping.
+    wait_until("the child asleep", || set.ncnt(0) == Ok(1));
+    set.semop(&[SemBuf::new(0, 1, SEM_UNDO)]).unwrap();
+    assert_eq!(kid.expect_errno("result"), 0);
+    assert!(kid.reap().success());
+    assert_eq!(set.get_value(0), Ok(0));
+}
+
 #[test]
 fn a_file_that_is_no_ksync_set_is_not_removed_as_another_versions() {
     use ksync::sem::shared::{file_layout_version, remove_other_version};

@@ -16,10 +16,9 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::layout::{MAGIC, VERSION};
+use super::layout::MAGIC;
 use crate::sem::SemError;
 
 /// The kernel's default `SEMMNI`: most sets in the directory.
@@ -159,17 +158,11 @@ pub(super) fn unbind_key(dir: &Path, key: i32, id: i32) {
     }
 }
 
-/// The layout version a set file of another ksync holds.
-///
-/// Each ksync reads one version of the set file's layout
-/// ([`LAYOUT_VERSION`]) and refuses the others with `EINVAL`: a set made by
-/// an older or a newer ksync. Those two words, the magic and the version,
-/// sit at the head of every version's file.
-pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
-    let dir = sem_dir();
-    let (fd, _) = open_file(&dir, id)?.ok_or(SemError::NotFound)?;
+/// The layout version in the head of a set file open as `fd`: the magic
+/// and the version are the first two words of every version's file.
+pub(super) fn read_layout_version(fd: &OwnedFd) -> Result<u32, SemError> {
     let mut head = [0u8; 8];
-    // SAFETY: reads at most 8 bytes into `head`, from a descriptor we own.
+    // SAFETY: reads at most 8 bytes into `head`, from a live descriptor.
     let got = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), 8, 0) };
     if got != 8 {
         return Err(SemError::Invalid);
@@ -181,37 +174,10 @@ pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
     Ok(word(4))
 }
 
-/// The set file layout this ksync reads and writes: a file of another
-/// version, made by an older or newer ksync, gives `EINVAL` when opened
-/// ([`file_layout_version`] says which it is;
-/// [`remove_other_version`] removes it).
-pub const LAYOUT_VERSION: u32 = VERSION;
-
-/// Removes set `id`, whose file holds another layout version than this
-/// ksync's, and returns that version: unlinks the key links that name it and
-/// the file. Only the file's owner or root may, as only they may remove a
-/// set of this version (and the directory is sticky). Processes that still
-/// use the set through the ksync that made it keep it until they let go of
-/// it, and are not told: stop them first. `EINVAL` when the file is of this
-/// version (remove it with [`SharedSemSet::remove`](super::SharedSemSet::remove),
-/// which tells its users) or is no ksync set at all.
-pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
-    let version = file_layout_version(id)?;
-    if version == VERSION {
-        return Err(SemError::Invalid);
-    }
-    let dir = sem_dir();
-    let path = set_path(&dir, id);
-    let owner = std::fs::symlink_metadata(&path)
-        .map_err(|e| os_error(e.raw_os_error().unwrap_or(0)))?
-        .uid();
-    // SAFETY: no arguments.
-    let euid = unsafe { libc::geteuid() };
-    if euid != 0 && euid != owner {
-        return Err(SemError::Permission);
-    }
+/// Unlinks the key links that name set `id` (of any version).
+pub(super) fn unbind_every_key(dir: &Path, id: i32) -> Result<(), SemError> {
     let target = format!("sem.{id}");
-    if let Ok(entries) = std::fs::read_dir(&dir) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.filter_map(|e| e.ok()) {
             let is_key = entry.file_name().to_string_lossy().starts_with("key.");
             if is_key
@@ -221,8 +187,7 @@ pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
             }
         }
     }
-    unlink(&path)?;
-    Ok(version)
+    Ok(())
 }
 
 /// A random id for a new set: in `2^30 .. 2^31`, a range the kernel's own

@@ -8,7 +8,7 @@ use super::super::{SEMMSL, SEMOPM};
 /// "KSEM": the first word of every set file.
 pub(super) const MAGIC: u32 = 0x4b53_454d;
 /// The layout's version; a file of another version is refused (`EINVAL`),
-/// and only `dir::remove_other_version` touches it.
+/// and only `versions::remove_other_version` touches it.
 /// Version 2 moved the queue's links out of the sleeper slots into the
 /// dense [`queue index`](Layout::link), beside a [`summary`] of each
 /// sleeper's semaphores. Version 3 added the bitmaps of sleepers owed a

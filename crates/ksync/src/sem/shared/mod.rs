@@ -110,13 +110,13 @@ mod procs;
 mod set;
 mod share;
 mod sigbus;
+mod versions;
 mod wake;
 
-pub use dir::{
-    file_layout_version, key_id, remove_other_version, sem_dir, set_ids, LAYOUT_VERSION, SEMMNI,
-};
+pub use dir::{key_id, sem_dir, set_ids, SEMMNI};
 pub use layout::{NPROC, NSLEEP};
 pub use set::{
     set_untimed_crowd, RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL,
     IPC_PRIVATE,
 };
+pub use versions::{file_layout_version, remove_other_version, LAYOUT_VERSION};

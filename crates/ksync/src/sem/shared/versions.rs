@@ -1,0 +1,73 @@
+//! Set files of another layout version, made by an older or newer ksync:
+//! naming their version and removing them.
+//!
+//! Reading a file's head must not close a descriptor of a set this process
+//! has mapped: closing any descriptor of a file drops every POSIX lock the
+//! process holds on it, its slot's liveness lock among them (`procs.rs`),
+//! and the other processes would then take it for dead. So a file this
+//! process has open is read through the descriptor it keeps.
+
+use std::os::unix::fs::MetadataExt;
+
+use super::dir::{self, open_file, read_layout_version, sem_dir, set_path, unlink};
+use super::layout::VERSION;
+use super::procs::registry;
+use crate::sem::SemError;
+
+/// The layout version a set file of another ksync holds.
+///
+/// Each ksync reads one version of the set file's layout
+/// ([`LAYOUT_VERSION`]) and refuses the others with `EINVAL`: a set made by
+/// an older or a newer ksync. Those two words, the magic and the version,
+/// sit at the head of every version's file.
+pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
+    let dir = sem_dir();
+    let path = set_path(&dir, id);
+    // Held while the file is open here, so that no thread of this process
+    // maps it (and takes its slot's lock) before the descriptor is closed.
+    let reg = registry();
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if let Some(map) = reg.find(meta.dev(), meta.ino()) {
+            return read_layout_version(&map.fd);
+        }
+    }
+    let (fd, _) = open_file(&dir, id)?.ok_or(SemError::NotFound)?;
+    let version = read_layout_version(&fd);
+    drop(fd);
+    drop(reg);
+    version
+}
+
+/// The set file layout this ksync reads and writes: a file of another
+/// version, made by an older or newer ksync, gives `EINVAL` when opened
+/// ([`file_layout_version`] says which it is;
+/// [`remove_other_version`] removes it).
+pub const LAYOUT_VERSION: u32 = VERSION;
+
+/// Removes set `id`, whose file holds another layout version than this
+/// ksync's, and returns that version: unlinks the key links that name it and
+/// the file. Only the file's owner or root may, as only they may remove a
+/// set of this version (and the directory is sticky). Processes that still
+/// use the set through the ksync that made it keep it until they let go of
+/// it, and are not told: stop them first. `EINVAL` when the file is of this
+/// version (remove it with [`SharedSemSet::remove`](super::SharedSemSet::remove),
+/// which tells its users) or is no ksync set at all.
+pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
+    let version = file_layout_version(id)?;
+    if version == VERSION {
+        return Err(SemError::Invalid);
+    }
+    let dir = sem_dir();
+    let path = set_path(&dir, id);
+    let owner = std::fs::symlink_metadata(&path)
+        .map_err(|e| dir::os_error(e.raw_os_error().unwrap_or(0)))?
+        .uid();
+    // SAFETY: no arguments.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 && euid != owner {
+        return Err(SemError::Permission);
+    }
+    dir::unbind_every_key(&dir, id)?;
+    unlink(&path)?;
+    Ok(version)
+}
