@@ -99,7 +99,7 @@ pub(super) fn id_of_key(dir: &Path, key: i32) -> Result<Option<i32>, SemError> {
 }
 
 /// The id of the set bound to `key` in the directory, if any: for a set
-/// that cannot be opened by key ([`remove_other_version`]).
+/// that cannot be opened by key ([`remove_other_version`](super::remove_other_version)).
 pub fn key_id(key: i32) -> Result<Option<i32>, SemError> {
     id_of_key(&sem_dir(), key)
 }
