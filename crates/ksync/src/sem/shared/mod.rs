@@ -46,7 +46,9 @@
 //! * **The dead's leftovers are adopted by the living** (`engine.rs`,
 //!   `Locked::reap`): in every control call, before a call would block or
 //!   fail with `EAGAIN` (at most every 10 ms), and in one timed sleeper of
-//!   the set every 100 ms (`Locked::sweep`), the lock holder looks for dead slots;
+//!   the set every 100 ms (`Locked::sweep`; under steady traffic, when no
+//!   timed sleeper times out, in the next call through the lock once 100 ms
+//!   have passed), the lock holder looks for dead slots;
 //!   their queued sleepers leave the queue
 //!   and their undo adjustments are applied as the kernel applies them at
 //!   exit, then the sleepers this enables are completed. A sleeper whose

@@ -638,6 +638,15 @@ impl SharedSemSet {
         let mut may_poll = polls_before_queueing(sops);
         let (mut held, blocking) = loop {
             let mut held = Locked::enter(&self.map, self.me()?)?;
+            if held.removed() {
+                return Err(SemError::Removed);
+            }
+            // Under steady traffic no timed sleeper times out, and nobody
+            // would sweep up what a dead process left (a wake-up it owed):
+            // a call through the lock sweeps once a sweep is overdue.
+            if sweep_due(&self.map, SLEEPER_POLL) {
+                held.sweep()?;
+            }
             let mut reaped = false;
             let blocking = loop {
                 if held.removed() {
@@ -1359,6 +1368,61 @@ pub(super) mod tests {
     #[test]
     fn a_watch_that_returns_without_sweeping_wakes_a_successor_whose_wake_up_was_lost() {
         lost_wake_ups_end(true);
+    }
+
+    /// A sleeper in a crowd whose result is published and never woken,
+    /// while the process's watch is kept busy (here: a phantom that never
+    /// sleeps), so that no timed sleeper times out to sweep: the next call
+    /// through the lock finds the sweep overdue and wakes it.
+    #[test]
+    fn a_call_through_the_lock_sweeps_when_no_timed_sleeper_has() {
+        let scratch = Scratch::new(2);
+        let id = scratch.0.id();
+        let set = &SharedSemSet::open_id(id).unwrap();
+        set.me().unwrap();
+        for _ in 0..untimed_crowd().min(1000) {
+            set.map.watch.enter();
+        }
+        const PHANTOM: usize = crate::sem::shared::NSLEEP - 1;
+        set.map.watch.enter();
+        assert_eq!(set.map.watch.nap(PHANTOM, untimed_crowd()), Nap::Watch);
+        let parks = set.counters().parks;
+        let sleeper = std::thread::spawn(move || {
+            SharedSemSet::open_id(id)
+                .unwrap()
+                .semop(&[SemBuf::new(0, -1, 0)])
+        });
+        while set.counters().parks == parks {
+            std::thread::yield_now();
+        }
+        {
+            let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
+            held.set_values(&[(0, 1)]);
+            for slot in std::mem::take(&mut held.woken) {
+                set.map
+                    .word(set.map.layout.sleeper(slot, sleeper::STATUS))
+                    .store(READY, Ordering::Release);
+            }
+            // The last sweep long ago.
+            set.map.word(header::LAST_SWEEP).store(
+                super::super::engine::coarse_ms().wrapping_sub(1000),
+                Ordering::Relaxed,
+            );
+        }
+        // Through the lock (two operations), on the other semaphore.
+        set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(1, -1, 0)])
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sleeper.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a sleeper whose wake-up was lost is still asleep"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sleeper.join().unwrap().unwrap();
+        set.map.watch.leave(PHANTOM, || None, |_| ());
+        set.remove().unwrap();
     }
 
     /// Sleepers in a crowd whose results are published and never woken;
