@@ -409,7 +409,27 @@ impl<'a> Locked<'a> {
         }
         tx.write(header::CTIME, now_secs() as u32);
         tx.commit();
+        for &(num, _) in values {
+            self.forget_stale_adjustment(num);
+        }
         self.smart_update(Change::All);
+    }
+
+    /// Zeroes one process slot's adjustment for `num` if a `SETVAL` or
+    /// `SETALL` made it stale: the slot the new generation names, modulo
+    /// [`NPROC`]. Generations are 16 bits, so without this a stale word
+    /// would count again 65,536 of them later (a long-lived holder, or an
+    /// abandoned slot's word when the slot is next adopted); visited once
+    /// every `NPROC` generations, each is zeroed long before. Outside the
+    /// journal: zeroing a stale word changes nothing a reader sees.
+    fn forget_stale_adjustment(&self, num: usize) {
+        let layout = self.layout();
+        let gen = self.map.load(layout.undo_gen(num)) & 0xffff;
+        let word = self.map.word(layout.adj(gen as usize % NPROC, num));
+        let w = word.load(Ordering::Relaxed);
+        if w != 0 && w >> 16 != gen {
+            word.store(0, Ordering::Relaxed);
+        }
     }
 
     /// `IPC_SET`'s change of owner and mode; handles recompute their rights.

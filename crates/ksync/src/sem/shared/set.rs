@@ -1489,6 +1489,23 @@ pub(super) mod tests {
         set.remove().unwrap();
     }
 
+    /// A SETVAL clears every undo adjustment by moving the semaphore's
+    /// 16-bit generation on; 65,536 of them bring it back round, and the
+    /// adjustment they cleared must not count again.
+    #[test]
+    fn an_adjustment_cleared_by_setval_stays_cleared_when_the_generation_wraps() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        set.set_value(0, 1).unwrap();
+        set.semop(&[SemBuf::new(0, -1, SEM_UNDO)]).unwrap();
+        assert_eq!(set.undo_holders().unwrap().len(), 1);
+        for _ in 0..=u16::MAX {
+            set.set_value(0, 0).unwrap();
+        }
+        assert_eq!(set.undo_holders(), Ok(vec![]));
+        set.remove().unwrap();
+    }
+
     #[test]
     fn a_sleeper_whose_waits_are_long_stops_probing() {
         use crate::poll_learner::{MIN_POLLS, PROBE_EVERY, PROBE_POLLS};
