@@ -326,19 +326,25 @@ impl SharedSemSet {
         let path = dir::set_path(&dir, id);
         let mut reg = registry();
         // One descriptor per file per process (`procs.rs`): look before opening.
-        if let Ok(meta) = std::fs::metadata(&path) {
+        let found = std::fs::metadata(&path).ok().and_then(|meta| {
             use std::os::unix::fs::MetadataExt;
-            if let Some(map) = reg.find(meta.dev(), meta.ino()) {
-                // Not under the registry: a refused handle's drop takes it.
-                drop(reg);
-                return SharedSemSet::from_map(map, id);
+            reg.find(meta.dev(), meta.ino())
+        });
+        let map = match found {
+            Some(map) => map,
+            None => {
+                let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
+                let (dev, ino, _) = identity(&fd)?;
+                reg.insert(dev, ino, Mapping::new(fd, writable)?)
             }
-        }
-        let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
-        let (dev, ino, _) = identity(&fd)?;
-        let map = reg.insert(dev, ino, Mapping::new(fd, writable)?);
+        };
+        // Not under the registry: a refused handle's drop takes it.
         drop(reg);
-        SharedSemSet::from_map(map, id)
+        let opened = SharedSemSet::from_map(Arc::clone(&map), id);
+        if opened.as_ref().err() == Some(&SemError::Removed) {
+            unlink_removed(&map, &path);
+        }
+        opened
     }
 
     fn from_map(map: Arc<Mapping>, id: i32) -> Result<SharedSemSet, SemError> {
@@ -1148,6 +1154,21 @@ impl std::fmt::Debug for SharedSemSet {
     }
 }
 
+/// Unlinks the file at `path` if it is `map`'s, a set marked removed: its
+/// remover unlinks it last, and one killed before that left it in the
+/// directory, where it would count against [`SEMMNI`] and keep its memory
+/// for good. Best effort: only its owner or root may (the directory is
+/// sticky), and a remover still at work unlinks it anyway.
+fn unlink_removed(map: &Mapping, path: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok((dev, ino, _)) = identity(&map.fd) else {
+        return;
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino)) {
+        let _ = dir::unlink(path);
+    }
+}
+
 /// Creates a set file for `key` (bound only after it is complete).
 /// `EEXIST` when another process bound the key first.
 fn create(
@@ -1504,6 +1525,25 @@ pub(super) mod tests {
         }
         assert_eq!(set.undo_holders(), Ok(vec![]));
         set.remove().unwrap();
+    }
+
+    /// A remover killed after marking the set removed, before unlinking
+    /// its file: the next process to open it by id unlinks it.
+    #[test]
+    fn a_set_its_remover_left_behind_is_unlinked_by_the_next_to_open_it() {
+        let scratch = Scratch::new(1);
+        let id = scratch.0.id();
+        scratch
+            .0
+            .map
+            .word(header::FLAGS)
+            .fetch_or(REMOVED, Ordering::AcqRel);
+        let path = dir::set_path(&dir::sem_dir(), id);
+        assert!(path.exists());
+        assert_eq!(SharedSemSet::open_id(id).err(), Some(SemError::Removed));
+        assert!(!path.exists());
+        assert!(!dir::set_ids().contains(&id));
+        assert_eq!(SharedSemSet::open_id(id).err(), Some(SemError::NotFound));
     }
 
     #[test]
