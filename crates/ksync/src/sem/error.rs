@@ -90,8 +90,13 @@ impl SemError {
     }
 
     /// The status word value a waker publishes for this error (see `queue`).
+    /// Only errors a waker decides are published (`EIDRM`, `EAGAIN`,
+    /// `ERANGE`, `EFBIG`...); `EPERM` and `ENOENT` would read as the status
+    /// word's own `PARKED` and `DONE`.
     pub(crate) fn to_code(self) -> u32 {
-        self.errno() as u32
+        let code = self.errno() as u32;
+        debug_assert!(code > 2, "{self:?} cannot be published as a status");
+        code
     }
 }
 
