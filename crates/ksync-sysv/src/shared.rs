@@ -113,7 +113,8 @@ fn semid_ds_of(stat: &SharedSemStat) -> semid_ds {
     ds.sem_perm.gid = stat.gid;
     ds.sem_perm.cuid = stat.cuid;
     ds.sem_perm.cgid = stat.cgid;
-    ds.sem_perm.mode = stat.mode as libc::c_ushort;
+    // `c_ushort` on x86-64, `c_uint` on AArch64.
+    ds.sem_perm.mode = stat.mode as _;
     ds.sem_otime = stat.otime.map_or(0, seconds);
     ds.sem_ctime = seconds(stat.ctime);
     ds.sem_nsems = stat.nsems as _;

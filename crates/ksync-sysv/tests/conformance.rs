@@ -233,6 +233,7 @@ fn semctl_errors() {
         }],
     );
     assert!(has_line(&out, "03 IPC_STAT bad buffer: -1 EFAULT"), "{out}");
+    assert!(has_line(&out, "03 IPC_SET uid -1: -1 EINVAL"), "{out}");
 }
 
 #[test]

@@ -1,8 +1,9 @@
 /* semctl(2)'s errors: the cases of LTP's semctl02-05, written for this project.
  *  02  EACCES: nobody reads a mode-0 set (IPC_STAT, GETVAL, GETALL, SEM_STAT;
  *      SEM_STAT_ANY needs no permission), or alters it (SETVAL)
- *  03  EINVAL for a bad command or semid, semnum out of range; EFAULT for a
- *      bad buffer with IPC_STAT, IPC_SET, GETALL, SETALL, IPC_INFO
+ *  03  EINVAL for a bad command or semid, semnum out of range, IPC_SET to
+ *      uid or gid -1; EFAULT for a bad buffer with IPC_STAT, IPC_SET,
+ *      GETALL, SETALL, IPC_INFO
  *  04  EPERM: IPC_SET and IPC_RMID by someone who neither owns nor made it
  *  05  ERANGE: SETVAL -1, 32768, 65535 and SETALL with 65535, checked before
  *      the set is looked up for SETVAL */
@@ -105,6 +106,14 @@ static void semctl03(void)
     union semun null = { .buf = NULL };
     expect_ok("03 GETALL NULL", semctl(id, 0, GETALL, null));
     expect_ok("03 GETVAL ignores a bad buffer", semctl(id, 0, GETVAL, bad));
+    struct semid_ds owner;
+    union semun oarg = { .buf = &owner };
+    expect_ok("03 IPC_STAT for IPC_SET", semctl(id, 0, IPC_STAT, oarg));
+    owner.sem_perm.uid = (uid_t)-1;
+    expect_ok("03 IPC_SET uid -1", semctl(id, 0, IPC_SET, oarg));
+    expect_ok("03 IPC_STAT for IPC_SET", semctl(id, 0, IPC_STAT, oarg));
+    owner.sem_perm.gid = (gid_t)-1;
+    expect_ok("03 IPC_SET gid -1", semctl(id, 0, IPC_SET, oarg));
     remove_set(id);
     expect_ok("03 IPC_STAT bad buffer, removed set", semctl(id, 0, IPC_STAT, bad));
 }

@@ -1087,6 +1087,11 @@ impl SharedSemSet {
     /// file needs root, and for anyone else the file keeps its old owner.
     pub fn set_perm(&self, uid: u32, gid: u32, mode: u32) -> Result<(), SemError> {
         self.owner_only()?;
+        // `(uid_t)-1` names nobody: the kernel refuses it (`EINVAL`), where
+        // `fchown` would read it as "leave unchanged".
+        if uid == u32::MAX || gid == u32::MAX {
+            return Err(SemError::Invalid);
+        }
         let mut held = Locked::enter(&self.map, self.me()?)?;
         if held.removed() {
             return Err(SemError::Removed);
