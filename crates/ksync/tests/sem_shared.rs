@@ -756,6 +756,45 @@ fn undo_is_applied_when_a_process_exits_is_signalled_or_killed() {
     }
 }
 
+/// A child takes a unit with SEM_UNDO and exits; once it is reaped, a call
+/// that will not wait (IPC_NOWAIT, or a zero timeout) must find the unit
+/// back: the kernel applies the undo before `waitpid` returns. The check of
+/// the value just before the exit searches for the dead, so the next
+/// search is not due for a while: the failing call must search anyway.
+fn undo_seen_by_a_call_that_will_not_wait(side: Side, id: i32, value: &dyn Fn() -> i32) {
+    let set = ChildSet::open(side.code(), id);
+    for nowait in [true, false] {
+        let mut kid = Kid::spawn("hold", &args(&[&side.code(), &id, &0, &-1]));
+        assert_eq!(kid.expect_errno("held"), 0, "{side:?}");
+        assert_eq!(value(), 0, "{side:?}: the child holds the unit");
+        kid.release();
+        assert!(kid.reap().success());
+        let r = if nowait {
+            set.op(&[SemBuf::new(0, -1, IPC_NOWAIT)], None)
+        } else {
+            set.op(&[SemBuf::new(0, -1, 0)], Some(Duration::ZERO))
+        };
+        assert_eq!(
+            r, 0,
+            "{side:?}, IPC_NOWAIT {nowait}: the undo was not applied"
+        );
+        set.op(&[SemBuf::new(0, 1, 0)], None);
+    }
+}
+
+#[test]
+fn a_call_that_will_not_wait_sees_an_exited_processs_undo() {
+    let _dog = Watchdog::arm("undo_seen_by_a_call", Duration::from_secs(60));
+    let set = Shared::new(1);
+    set.set_value(0, 1).unwrap();
+    undo_seen_by_a_call_that_will_not_wait(Side::Shared, set.id(), &|| set.get_value(0).unwrap());
+    if sysv_available("sem_shared::a_call_that_will_not_wait") {
+        let k = KernelSet::create(1);
+        k.set_value(0, 1).unwrap();
+        undo_seen_by_a_call_that_will_not_wait(Side::Kernel, k.id(), &|| k.get_value(0).unwrap());
+    }
+}
+
 /// A child sleeps on a decrement without SEM_UNDO and is killed; a post
 /// that comes after its death must not complete its sleeper, whose unit
 /// would be lost with it: the kernel takes a killed sleeper off the queue

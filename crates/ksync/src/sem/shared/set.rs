@@ -658,17 +658,20 @@ impl SharedSemSet {
                 if held.removed() {
                     return Err(SemError::Removed);
                 }
+                // A dead process's undo may make it possible: look once.
+                // Before failing with EAGAIN, always: the kernel applies a
+                // process's undo before its parent's `waitpid` returns, and
+                // a call that will not wait answers at once. Before
+                // sleeping, at most every 10 ms (`reap_if_due`): a sleeper
+                // gets the undo from the next sweep anyway.
+                let will_not_wait = timeout == Some(Duration::ZERO);
                 match held.perform(sops) {
                     Outcome::Done => return Ok(()),
-                    // A dead process's undo may make it possible: look once.
-                    Outcome::Failed(SemError::Again) if !reaped && held.reap_if_due() => {
-                        reaped = true
-                    }
+                    Outcome::Failed(SemError::Again) if !reaped && held.reap() => reaped = true,
                     Outcome::Failed(e) => return Err(e),
+                    Outcome::Blocked(_) if !reaped && will_not_wait && held.reap() => reaped = true,
                     Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
-                    Outcome::Blocked(_) if timeout == Some(Duration::ZERO) => {
-                        return Err(SemError::Again)
-                    }
+                    Outcome::Blocked(_) if will_not_wait => return Err(SemError::Again),
                     Outcome::Blocked(at) => break at,
                 }
             };
@@ -833,6 +836,10 @@ impl SharedSemSet {
                     if d <= now {
                         asleep.leave();
                         let mut held = Locked::enter(&self.map, self.me()?)?;
+                        // A dead process's undo, applied now, may complete
+                        // this sleeper before it gives up (as in `locked_op`
+                        // before an EAGAIN).
+                        held.reap();
                         // Done meanwhile: its waker stored the status before
                         // releasing the lock, or died; either way the result
                         // stands.
