@@ -147,6 +147,33 @@ fn child_role() {
         }
         // side, id: what an unprivileged process may do with a set; run as
         // root, it first becomes nobody.
+        // side, id: as nobody (read access only), waits for semaphore 0
+        // to be zero while a signal with a handler (no SA_RESTART) comes to
+        // the waiting thread 50 ms in; reports the wait's errno.
+        "nobody-zero" => {
+            // SAFETY: plain system calls in a single-purpose child.
+            let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
+            assert!(dropped, "child: could not become nobody");
+            extern "C" fn on_signal(_: libc::c_int) {}
+            // SAFETY: plain old data, then a handler that does nothing.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as usize;
+                libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+            }
+            // SAFETY: no arguments.
+            let me = unsafe { libc::pthread_self() };
+            let signaller = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: the waiting thread outlives this one (joined below).
+                unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+            });
+            let set = ChildSet::open(&args[0], int(1));
+            let r = set.op(&[SemBuf::new(0, 0, 0)], Some(Duration::from_secs(20)));
+            signaller.join().unwrap();
+            say(&format!("result {r}"));
+            0
+        }
         "nobody" => {
             // SAFETY: plain system calls in a single-purpose child.
             let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
@@ -928,6 +955,17 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
     let ours = answers("s", open.id());
     let want = [0, libc::EACCES, 0, libc::EACCES, libc::EPERM, libc::EPERM];
     assert_eq!(ours, want, "ksync: {words:?}");
+    // Nobody may wait for zero, by polling (it cannot queue); a signal's
+    // handler ends the wait with EINTR, as the kernel's semop does.
+    let interrupted = |side: &str, id: i32| {
+        let kid = Kid::spawn("nobody-zero", &args(&[&side, &id]));
+        let r = kid.expect_errno("result");
+        assert!(kid.reap().success());
+        r
+    };
+    open.set_value(0, 1).unwrap();
+    assert_eq!(interrupted("s", open.id()), libc::EINTR, "ksync");
+    open.set_value(0, 0).unwrap();
     assert_eq!(open.get_value(0), Ok(0));
     // The kernel says the same to the same child.
     if sysv_available("sem_shared::an_unprivileged_process_gets_the_kernels_permission_errors") {
@@ -943,6 +981,8 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
             assert_eq!(libc::semctl(k.id(), 0, libc::IPC_SET, set), 0);
         }
         assert_eq!(answers("k", k.id()), ours, "kernel vs ksync: {words:?}");
+        k.set_value(0, 1).unwrap();
+        assert_eq!(interrupted("k", k.id()), libc::EINTR, "kernel");
     }
 }
 

@@ -721,7 +721,18 @@ impl SharedSemSet {
             if deadline.is_some_and(|d| d <= now) {
                 return Err(SemError::Again);
             }
-            std::thread::sleep(deadline.map_or(nap, |d| nap.min(d - now)));
+            // Not `std::thread::sleep`, which sleeps on through signals: the
+            // kernel's semop returns EINTR after a handler ran.
+            let pause = deadline.map_or(nap, |d| nap.min(d - now));
+            let ts = libc::timespec {
+                tv_sec: pause.as_secs() as libc::time_t,
+                tv_nsec: pause.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: a valid timespec; no remainder is asked for.
+            if unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) } != 0 && errno() == libc::EINTR
+            {
+                return Err(SemError::Interrupted);
+            }
             nap = (nap * 2).min(Duration::from_millis(64));
         }
     }
