@@ -390,6 +390,16 @@ mod loom_models {
             })
         }
 
+        /// Slot 0 the watch, slot 1 asleep untimed.
+        fn watch_and_one_untimed() -> Arc<Sleepers> {
+            let s = Sleepers::new();
+            s.watch.enter();
+            s.watch.enter();
+            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
+            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
+            s
+        }
+
         fn leave(&self, slot: usize) {
             let appointed = self.watch.leave(
                 slot,
@@ -480,11 +490,7 @@ mod loom_models {
     #[test]
     fn a_sleeper_setting_a_stale_appointment_back_sees_itself_named() {
         loom::model(|| {
-            let s = Sleepers::new();
-            s.watch.enter();
-            s.watch.enter();
-            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
-            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
+            let s = Sleepers::watch_and_one_untimed();
             s.status[1].store(APPOINTED, Ordering::SeqCst);
             let leaver = {
                 let s = Arc::clone(&s);
@@ -511,11 +517,7 @@ mod loom_models {
     #[test]
     fn a_successor_leaving_as_it_is_appointed_passes_the_role_on() {
         loom::model(|| {
-            let s = Sleepers::new();
-            s.watch.enter();
-            s.watch.enter();
-            assert_eq!(s.watch.nap(0, CROWD), Nap::Watch);
-            assert_eq!(s.watch.nap(1, CROWD), Nap::Untimed);
+            let s = Sleepers::watch_and_one_untimed();
             let leavers: Vec<_> = [0, 1]
                 .into_iter()
                 .map(|slot| {

@@ -1396,10 +1396,83 @@ pub(super) mod tests {
         set.remove().unwrap();
     }
 
+    /// A second handle on `scratch`'s mapping, with a crowd of phantom
+    /// sleepers the watch counts but that never nap, so that real sleepers
+    /// nap untimed; entered after the process's slot is claimed, which
+    /// resets the watch.
+    fn crowded(scratch: &Scratch) -> SharedSemSet {
+        let set = SharedSemSet::open_id(scratch.0.id()).unwrap();
+        set.me().unwrap();
+        for _ in 0..untimed_crowd().min(1000) {
+            set.map.watch.enter();
+        }
+        set
+    }
+
+    type Sleeper = std::thread::JoinHandle<Result<(), SemError>>;
+
+    /// `n` threads of this process asleep on a decrement of semaphore 0,
+    /// past their polls.
+    fn asleep_on_0(set: &SharedSemSet, n: usize) -> Vec<Sleeper> {
+        let (id, parks) = (set.id(), set.counters().parks);
+        let sleepers = (0..n)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    SharedSemSet::open_id(id)
+                        .unwrap()
+                        .semop(&[SemBuf::new(0, -1, 0)])
+                })
+            })
+            .collect();
+        while set.counters().parks < parks + n as u64 {
+            std::thread::yield_now();
+        }
+        sleepers
+    }
+
+    /// Sets semaphore 0 to `value` and publishes the results of the
+    /// sleepers that completes without waking them, as a waker killed
+    /// between the two (or a helper killed after claiming their wake-ups)
+    /// leaves them; returns how many.
+    fn complete_without_waking(set: &SharedSemSet, value: i32) -> usize {
+        let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
+        held.set_values(&[(0, value)]);
+        let lost = std::mem::take(&mut held.woken);
+        for &slot in &lost {
+            set.map
+                .word(set.map.layout.sleeper(slot, sleeper::STATUS))
+                .store(READY, Ordering::Release);
+        }
+        lost.len()
+    }
+
+    /// Joins `sleepers`, each successful, failing after a bound only a
+    /// hang reaches (a sweep comes within about 100 ms).
+    fn join_unless_asleep(sleepers: Vec<Sleeper>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sleepers.iter().all(|s| s.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "a sleeper whose wake-up was lost is still asleep"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for sleeper in sleepers {
+            sleeper.join().unwrap().unwrap();
+        }
+    }
+
+    /// Records the set's last sweep `ago_ms` ago.
+    fn swept(set: &SharedSemSet, ago_ms: u32) {
+        let at = super::super::engine::coarse_ms().wrapping_sub(ago_ms);
+        set.map
+            .word(header::LAST_SWEEP)
+            .store(at, Ordering::Relaxed);
+    }
+
     /// A waker that publishes its sleepers' results and dies before waking
-    /// them (or a helper that dies after claiming their wake-ups): in a
-    /// crowd only the process's watch sleeps with a timeout, and its sweep
-    /// wakes the rest.
+    /// them: in a crowd only the process's watch sleeps with a timeout, and
+    /// its sweep wakes the rest.
     #[test]
     fn sleepers_whose_wake_ups_were_lost_are_woken_by_the_watchs_sweep() {
         lost_wake_ups_end(false);
@@ -1414,122 +1487,45 @@ pub(super) mod tests {
         lost_wake_ups_end(true);
     }
 
-    /// A sleeper in a crowd whose result is published and never woken,
-    /// while the process's watch is kept busy (here: a phantom that never
-    /// sleeps), so that no timed sleeper times out to sweep: the next call
-    /// through the lock finds the sweep overdue and wakes it.
-    #[test]
-    fn a_call_through_the_lock_sweeps_when_no_timed_sleeper_has() {
-        let scratch = Scratch::new(2);
-        let id = scratch.0.id();
-        let set = &SharedSemSet::open_id(id).unwrap();
-        set.me().unwrap();
-        for _ in 0..untimed_crowd().min(1000) {
-            set.map.watch.enter();
-        }
-        const PHANTOM: usize = crate::sem::shared::NSLEEP - 1;
-        set.map.watch.enter();
-        assert_eq!(set.map.watch.nap(PHANTOM, untimed_crowd()), Nap::Watch);
-        let parks = set.counters().parks;
-        let sleeper = std::thread::spawn(move || {
-            SharedSemSet::open_id(id)
-                .unwrap()
-                .semop(&[SemBuf::new(0, -1, 0)])
-        });
-        while set.counters().parks == parks {
-            std::thread::yield_now();
-        }
-        {
-            let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
-            held.set_values(&[(0, 1)]);
-            for slot in std::mem::take(&mut held.woken) {
-                set.map
-                    .word(set.map.layout.sleeper(slot, sleeper::STATUS))
-                    .store(READY, Ordering::Release);
-            }
-            // The last sweep long ago.
-            set.map.word(header::LAST_SWEEP).store(
-                super::super::engine::coarse_ms().wrapping_sub(1000),
-                Ordering::Relaxed,
-            );
-        }
-        // Through the lock (two operations), on the other semaphore.
-        set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(1, -1, 0)])
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !sleeper.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "a sleeper whose wake-up was lost is still asleep"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        sleeper.join().unwrap().unwrap();
-        set.map.watch.leave(PHANTOM, || None, |_| ());
-        set.remove().unwrap();
-    }
-
-    /// Sleepers in a crowd whose results are published and never woken;
-    /// `swept_just_before`: a sweep is recorded at the publication, about
-    /// 20 ms into the watch's 100 ms sleep.
+    /// Three sleepers whose wake-ups are lost; `swept_just_before`: a sweep
+    /// is recorded at the publication, about 20 ms into the watch's 100 ms
+    /// sleep.
     fn lost_wake_ups_end(swept_just_before: bool) {
         const SLEEPERS: usize = 3;
         let scratch = Scratch::new(1);
-        let id = scratch.0.id();
-        // A handle on the mapping the sleepers' handles share.
-        let set = &SharedSemSet::open_id(id).unwrap();
-        // A crowd of sleepers the watch counts but that never nap, so that
-        // the real ones nap untimed; entered after the process's slot is
-        // claimed, which resets the watch.
-        set.me().unwrap();
-        for _ in 0..untimed_crowd().min(1000) {
-            set.map.watch.enter();
-        }
-        let parks = set.counters().parks;
-        let sleepers: Vec<_> = (0..SLEEPERS)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    let set = SharedSemSet::open_id(id).unwrap();
-                    set.semop(&[SemBuf::new(0, -1, 0)])
-                })
-            })
-            .collect();
-        // Asleep, past their polls.
-        while set.counters().parks < parks + SLEEPERS as u64 {
-            std::thread::yield_now();
-        }
+        let set = &crowded(&scratch);
+        let sleepers = asleep_on_0(set, SLEEPERS);
         if swept_just_before {
             std::thread::sleep(Duration::from_millis(20));
         }
-        {
-            let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
-            held.set_values(&[(0, SLEEPERS as i32)]);
-            let lost = std::mem::take(&mut held.woken);
-            assert_eq!(lost.len(), SLEEPERS);
-            for slot in lost {
-                set.map
-                    .word(set.map.layout.sleeper(slot, sleeper::STATUS))
-                    .store(READY, Ordering::Release);
-            }
-            if swept_just_before {
-                set.map
-                    .word(header::LAST_SWEEP)
-                    .store(super::super::engine::coarse_ms(), Ordering::Relaxed);
-            }
+        assert_eq!(complete_without_waking(set, SLEEPERS as i32), SLEEPERS);
+        if swept_just_before {
+            swept(set, 0);
         }
-        // A bound for a hang only: the sweep comes within about 100 ms.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !sleepers.iter().all(|s| s.is_finished()) {
-            assert!(
-                Instant::now() < deadline,
-                "a sleeper whose wake-up was lost is still asleep"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        for sleeper in sleepers {
-            sleeper.join().unwrap().unwrap();
-        }
+        join_unless_asleep(sleepers);
         assert_eq!(set.get_value(0), Ok(0));
+        set.remove().unwrap();
+    }
+
+    /// A sleeper in a crowd whose wake-up is lost, while the process's
+    /// watch is kept busy (here: a phantom that never sleeps), so that no
+    /// timed sleeper times out to sweep: the next call through the lock
+    /// finds the sweep overdue and wakes it.
+    #[test]
+    fn a_call_through_the_lock_sweeps_when_no_timed_sleeper_has() {
+        let scratch = Scratch::new(2);
+        let set = &crowded(&scratch);
+        const PHANTOM: usize = crate::sem::shared::NSLEEP - 1;
+        set.map.watch.enter();
+        assert_eq!(set.map.watch.nap(PHANTOM, untimed_crowd()), Nap::Watch);
+        let sleepers = asleep_on_0(set, 1);
+        assert_eq!(complete_without_waking(set, 1), 1);
+        swept(set, 1000);
+        // Through the lock (two operations), on the other semaphore.
+        set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(1, -1, 0)])
+            .unwrap();
+        join_unless_asleep(sleepers);
+        set.map.watch.leave(PHANTOM, || None, |_| ());
         set.remove().unwrap();
     }
 
