@@ -97,9 +97,10 @@ struct Walk {
     /// The queue's slots, in order, and beside them each one's summary and
     /// the change it was last evaluated after (0: not in this walk). A
     /// sleeper completed during the walk keeps its position, marked `gone`,
-    /// and `before` names each position's nearest earlier one still queued,
-    /// so that taking a sleeper out costs the same at any position: a post
-    /// that completes many of many sleepers stays linear in them.
+    /// and `before` and `after` name each position's nearest neighbours
+    /// still queued (`usize::MAX` and `queue.len()` at the ends), so that
+    /// taking a sleeper out costs the same at any position: a post that
+    /// completes many of many sleepers stays linear in them.
     queue: Vec<usize>,
     summaries: Vec<u32>,
     evaluated: Vec<u32>,
