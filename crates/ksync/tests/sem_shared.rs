@@ -986,6 +986,53 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
     }
 }
 
+/// A program forks while another of its threads keeps calling on a set
+/// (each call searching for the dead under the library's registry of open
+/// sets, whose lock is held across system calls): every child's own first
+/// call, which claims a slot through that registry, must go through.
+#[test]
+fn a_fork_while_another_thread_is_in_the_library_leaves_the_child_working() {
+    let _dog = Watchdog::arm("fork_while_in_the_library", Duration::from_secs(120));
+    let set = Shared::new(1);
+    set.set_value(0, 1).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = set.get_value(0);
+            }
+        });
+        for round in 0..200 {
+            // SAFETY: the child only calls into the library and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let ok = set.get_value(0) == Ok(1);
+                // SAFETY: ends the child without running the parent's
+                // destructors or test harness.
+                unsafe { libc::_exit(i32::from(!ok)) };
+            }
+            assert!(pid > 0, "fork failed");
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let mut status = 0;
+            // SAFETY: our own child; WNOHANG polls.
+            while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+                if std::time::Instant::now() > deadline {
+                    // SAFETY: our own child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    panic!("round {round}: the child's first call never returned");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "round {round}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
 /// A `fork` child that drops its privileges cannot alter a set through the
 /// handle it inherited from its privileged parent, on the lock-free path
 /// either (the parent's cached rights are not the child's).

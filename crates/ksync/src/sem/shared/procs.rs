@@ -70,7 +70,43 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 
 /// The registry, also held while this process takes or tests slot locks.
 pub(super) fn registry() -> MutexGuard<'static, Registry> {
+    hold_across_fork();
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes every `fork` take the registry's lock first and release it on
+/// both sides. The lock is held across system calls (a set's open and
+/// mapping, a search for the dead's slot locks), and a `fork` that copied
+/// it taken would leave the child, where the holder does not exist,
+/// waiting for ever on its first call that needs it.
+fn hold_across_fork() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers handlers that only take and release a lock no
+        // handler of a `fork` inside the registry's holder could need.
+        unsafe {
+            libc::pthread_atfork(
+                Some(take_for_fork),
+                Some(release_after_fork),
+                Some(release_after_fork),
+            )
+        };
+    });
+}
+
+std::thread_local! {
+    /// The registry's lock, held by the forking thread across its `fork`.
+    static HELD_FOR_FORK: core::cell::RefCell<Option<MutexGuard<'static, Registry>>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+extern "C" fn take_for_fork() {
+    let guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = HELD_FOR_FORK.try_with(|held| *held.borrow_mut() = Some(guard));
+}
+
+extern "C" fn release_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|held| drop(held.borrow_mut().take()));
 }
 
 impl Registry {
