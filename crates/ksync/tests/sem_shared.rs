@@ -1012,25 +1012,71 @@ fn a_fork_while_another_thread_is_in_the_library_leaves_the_child_working() {
                 unsafe { libc::_exit(i32::from(!ok)) };
             }
             assert!(pid > 0, "fork failed");
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            let mut status = 0;
-            // SAFETY: our own child; WNOHANG polls.
-            while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-                if std::time::Instant::now() > deadline {
-                    // SAFETY: our own child.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                    panic!("round {round}: the child's first call never returned");
-                }
-                std::thread::sleep(Duration::from_millis(1));
+            if reap_within(pid, Duration::from_secs(10)) != Some(0) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("round {round}: the child's first call never returned, or failed");
             }
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "round {round}"
-            );
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
+}
+
+/// A program forks while another of its threads makes the process's first
+/// call on a set, which claims the process's slot in it: the child's own
+/// first call, which claims the child's slot, must go through.
+#[test]
+fn a_fork_during_another_threads_first_call_leaves_the_child_working() {
+    let _dog = Watchdog::arm("fork_during_a_first_call", Duration::from_secs(120));
+    for round in 0..200u64 {
+        let set = Shared::new(1);
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| {
+                go.wait();
+                set.get_value(0)
+            });
+            go.wait();
+            // A few microseconds in, varied, to land within the claim.
+            let until = std::time::Instant::now() + Duration::from_nanos(round % 40 * 1000);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            // SAFETY: the child only calls into the library and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let ok = set.get_value(0) == Ok(0);
+                // SAFETY: ends the child without the parent's destructors.
+                unsafe { libc::_exit(i32::from(!ok)) };
+            }
+            assert!(pid > 0, "fork failed");
+            assert_eq!(first.join().unwrap(), Ok(0));
+            assert_eq!(
+                reap_within(pid, Duration::from_secs(10)),
+                Some(0),
+                "round {round}"
+            );
+        });
+    }
+}
+
+/// The exit status of child `pid`, or `None` (and the child killed) if it
+/// has not exited within `limit`.
+fn reap_within(pid: libc::pid_t, limit: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut status = 0;
+    // SAFETY: our own child; WNOHANG polls.
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
 }
 
 /// A `fork` child that drops its privileges cannot alter a set through the

@@ -28,7 +28,7 @@ pub(super) struct Mapping {
     pub(super) lockers_here: AtomicU32,
     /// Held by the thread of this process that claims its slot, so that
     /// the others wait for the claim instead of claiming a second slot.
-    pub(super) claiming: std::sync::Mutex<()>,
+    pub(super) claiming: ClaimLock,
     /// What this process's calls on the set did (`SharedSemSet::counters`):
     /// kept here, not in the file, so that counting costs the other
     /// processes nothing.
@@ -38,6 +38,54 @@ pub(super) struct Mapping {
     pub(super) watch: SleepWatch,
     /// The mapping's slot in the `SIGBUS` handler's table (`sigbus.rs`).
     guard: Option<usize>,
+}
+
+/// The lock a thread holds while it claims its process's slot: the id of
+/// the holder's process, or 0. It names the process, not the thread, for
+/// `fork`: a child that copied it held by a thread of its parent (which the
+/// child does not have) takes it over, where a mutex would keep the child
+/// waiting for ever on its first call on the set.
+pub(super) struct ClaimLock(std::sync::atomic::AtomicI32);
+
+/// [`ClaimLock`] held; released on drop.
+pub(super) struct Claiming<'a>(&'a ClaimLock);
+
+impl ClaimLock {
+    /// Waits for this process's other claimant, if any: a claim takes a
+    /// few system calls, and the set's lock.
+    pub(super) fn lock(&self) -> Claiming<'_> {
+        let me = crate::sem::stamp::current_pid();
+        let mut spins = 0u32;
+        loop {
+            let holder = self.0.load(std::sync::atomic::Ordering::Acquire);
+            // Another process's id is a parent's, copied by `fork`.
+            if holder != me
+                && self
+                    .0
+                    .compare_exchange(
+                        holder,
+                        me,
+                        std::sync::atomic::Ordering::Acquire,
+                        std::sync::atomic::Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                return Claiming(self);
+            }
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.0 .0.store(0, std::sync::atomic::Ordering::Release);
+    }
 }
 
 // SAFETY: the mapping is only ever accessed through atomics.
@@ -116,7 +164,7 @@ impl Mapping {
             layout: Layout::new(1),
             fd,
             lockers_here: AtomicU32::new(0),
-            claiming: std::sync::Mutex::new(()),
+            claiming: ClaimLock(std::sync::atomic::AtomicI32::new(0)),
             counters: Counters::default(),
             watch: SleepWatch::new(),
             guard: None,

@@ -452,7 +452,7 @@ impl SharedSemSet {
             return Err(SemError::Access);
         }
         // Lock order: the claim, then the set's lock, then the registry.
-        let _claiming = self.map.claiming.lock().unwrap_or_else(|e| e.into_inner());
+        let _claiming = self.map.claiming.lock();
         let known = registry().me(&self.map);
         let me = match known {
             Some(me) => me,
