@@ -352,30 +352,39 @@ impl RawQSpinLock {
             next = node.next.load(Ordering::Acquire);
         }
 
-        // Queue head: wait for the owner and the pending waiter,
-        // (n,x,y) -> (n,0,0). The acquire pairs with the release store in
-        // `unlock`.
-        let val = loop {
-            let val = self.val.load(Ordering::Acquire);
-            if val & LOCKED_PENDING_MASK == 0 {
-                break val;
+        loop {
+            // Queue head: wait for the owner and the pending waiter,
+            // (n,x,y) -> (n,0,0). The acquire pairs with the release store
+            // in `unlock`.
+            let val = loop {
+                let val = self.val.load(Ordering::Acquire);
+                if val & LOCKED_PENDING_MASK == 0 {
+                    break val;
+                }
+                while_queued(lease.depth());
+                cpu_relax();
+            };
+            if val & TAIL_MASK != tail {
+                // A successor swapped in: it links to us.
+                break;
             }
-            while_queued(lease.depth());
-            cpu_relax();
-        };
-
-        // Last in the queue: (n,0,0) -> (0,0,1) also empties it.
-        if val & TAIL_MASK == tail
-            && self
+            // Last in the queue: (n,0,0) -> (0,0,1) also empties it.
+            if self
                 .val
                 .compare_exchange(val, LOCKED_VAL, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-        {
-            return;
+            {
+                return;
+            }
+            // The tail moved, or a late arrival set pending. The kernel
+            // takes the lock now and waits for a successor, trusting that
+            // arrival to see our tail and queue; but a thread without a
+            // node never queues (`lock_no_node`: it clears its pending bit
+            // and waits for a free word), so with nobody behind us the
+            // lock would never be released. Look again instead.
         }
-        // A successor swapped in, or a late arrival set pending and will see
-        // our tail and queue: either way a successor is coming. While a head
-        // exists and pending is clear nobody else writes `locked`.
+        // While a head exists and pending is clear nobody else writes
+        // `locked`.
         sync::store_low_u8(&self.val, LOCKED_VAL as u8, Ordering::Relaxed);
         let next = wait_for_next(node, next);
         // Pairs with the successor's acquire spin on `node.locked` above.
