@@ -170,19 +170,26 @@ impl Default for RawCombiningLock {
     }
 }
 
-/// Counts a tenure's foreign closures once, when it ends (and while the
+/// A holder's foreign closures: `served` bounds them ([`COMBINE_LIMIT`])
+/// for the whole tenure, and they are counted when it ends (and while the
 /// lock is still held: see `serve_and_release`).
 struct Tenure<'a> {
     counters: &'a Counters,
     served: u32,
+    /// How many of `served` are counted already: a holder whose release
+    /// found a request published meanwhile closes its tenure again later.
+    counted: u32,
 }
 
 impl Tenure<'_> {
     fn close(&mut self) {
-        if self.served > 0 {
-            Counters::add_held(&self.counters.combined, u64::from(self.served));
-            Counters::add_held(&self.counters.tenures, 1);
-            self.served = 0;
+        let uncounted = self.served - self.counted;
+        if uncounted > 0 {
+            Counters::add_held(&self.counters.combined, u64::from(uncounted));
+            if self.counted == 0 {
+                Counters::add_held(&self.counters.tenures, 1);
+            }
+            self.counted = self.served;
         }
     }
 }
@@ -355,6 +362,7 @@ impl RawCombiningLock {
         let mut tenure = Tenure {
             counters: &self.counters,
             served: 0,
+            counted: 0,
         };
         loop {
             // SAFETY: we hold the lock.
