@@ -39,6 +39,62 @@ pub(super) static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+    // The parent's rings are not the child's, and their drops here leave
+    // them alone (`ring.rs`).
+    LIVE_RINGS.store(0, Ordering::Relaxed);
+}
+
+/// Rings this process made and has not closed.
+static LIVE_RINGS: AtomicU32 = AtomicU32::new(0);
+
+/// A ring counted in [`LIVE_RINGS`] until it is dropped in the process
+/// that made it.
+pub(super) struct RingRoom {
+    fork_generation: u32,
+}
+
+impl RingRoom {
+    /// Room for one more ring, or `None`: each ring holds a descriptor, and
+    /// a process of thousands of waking threads would otherwise hold
+    /// thousands, out of the application's own. The rings may take a
+    /// quarter of the descriptors the process may open (`RLIMIT_NOFILE`'s
+    /// soft limit, read once); threads past that wake word by word.
+    pub(super) fn take() -> Option<RingRoom> {
+        if LIVE_RINGS.fetch_add(1, Ordering::Relaxed) >= ring_cap() {
+            LIVE_RINGS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(RingRoom {
+            fork_generation: FORK_GENERATION.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl Drop for RingRoom {
+    fn drop(&mut self) {
+        if self.fork_generation == FORK_GENERATION.load(Ordering::Relaxed) {
+            LIVE_RINGS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The most rings at once: a quarter of `RLIMIT_NOFILE`'s soft limit.
+fn ring_cap() -> u32 {
+    static CAP: AtomicU32 = AtomicU32::new(0);
+    let cap = CAP.load(Ordering::Relaxed);
+    if cap != 0 {
+        return cap;
+    }
+    // SAFETY: plain old data; getrlimit fills it.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    let cap = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        (limit.rlim_cur / 4).clamp(1, u64::from(u32::MAX)) as u32
+    } else {
+        256
+    };
+    CAP.store(cap, Ordering::Relaxed);
+    cap
 }
 
 /// Registers the fork handler once; false if that failed (then no ring

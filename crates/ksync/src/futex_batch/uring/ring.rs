@@ -12,7 +12,7 @@ use super::abi::{
     IORING_OFF_SQES, IORING_OFF_SQ_RING, IORING_OP_FUTEX_WAKE, IORING_REGISTER_PROBE,
     IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_SUBMIT_ALL, IO_URING_OP_SUPPORTED, PROBE_OPS,
 };
-use super::process::{watch_forks, FORK_GENERATION, STATE, UNKNOWN, USABLE};
+use super::process::{watch_forks, RingRoom, FORK_GENERATION, STATE, UNKNOWN, USABLE};
 use crate::futex_batch::Scope;
 use crate::sync::{AtomicU32, Ordering};
 
@@ -53,6 +53,8 @@ pub(super) struct Ring {
     cq_mask: u32,
     cqes: *const Cqe,
     fork_generation: u32,
+    /// Counted among the process's rings while it lives.
+    _room: RingRoom,
 }
 
 /// Maps `len` bytes of the ring `fd` at `offset`.
@@ -86,6 +88,8 @@ impl Ring {
         if !watch_forks() {
             return Err(Failure::Broken);
         }
+        // Released on every error path below (its drop).
+        let room = RingRoom::take().ok_or(Failure::Broken)?;
         let fork_generation = FORK_GENERATION.load(Ordering::Relaxed);
         let mut params = Params {
             // SUBMIT_ALL: a bad entry must not leave the rest of the batch
@@ -165,6 +169,7 @@ impl Ring {
             cq_mask,
             cqes: at(params.cq_off.cqes).cast(),
             fork_generation,
+            _room: room,
         };
         // The SQ index array: slot i always names SQE i.
         let array = at(params.sq_off.array).cast::<u32>();
