@@ -74,10 +74,17 @@ fn map(fd: c_int, len: usize, offset: libc::off_t) -> Option<*mut c_void> {
     if ptr == libc::MAP_FAILED {
         return None;
     }
-    // A fork child must not share (and corrupt) the parent's rings. If
-    // the kernel refuses, the fork generation still keeps children off.
-    // SAFETY: advice on the mapping we just made.
-    unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
+    // A fork child must not share (and corrupt) the parent's rings: the
+    // fork generation keeps children that ran the fork handlers off them,
+    // and this keeps the memory out of those that did not (`_Fork`, a raw
+    // `clone`), which would otherwise advance the parent's tail.
+    // SAFETY: advice on the mapping we just made, then its unmapping.
+    unsafe {
+        if libc::madvise(ptr, len, libc::MADV_DONTFORK) != 0 {
+            libc::munmap(ptr, len);
+            return None;
+        }
+    }
     Some(ptr)
 }
 
@@ -181,7 +188,8 @@ impl Ring {
         if STATE.load(Ordering::Relaxed) == UNKNOWN {
             // `ring` is dropped (unmapped, closed) on the error path.
             ring.probe()?;
-            STATE.store(USABLE, Ordering::Relaxed);
+            // Unless another thread found it unusable meanwhile.
+            let _ = STATE.compare_exchange(UNKNOWN, USABLE, Ordering::Relaxed, Ordering::Relaxed);
         }
         Ok(ring)
     }
