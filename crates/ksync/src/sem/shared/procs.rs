@@ -82,8 +82,9 @@ pub(super) fn registry() -> MutexGuard<'static, Registry> {
 fn hold_across_fork() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {
-        // SAFETY: registers handlers that only take and release a lock no
-        // handler of a `fork` inside the registry's holder could need.
+        // SAFETY: registers plain functions, which take the registry's
+        // lock in the forking thread (which holds none of ours: nothing in
+        // the library forks) and release it on both sides.
         unsafe {
             libc::pthread_atfork(
                 Some(take_for_fork),
