@@ -469,12 +469,37 @@ impl<'a> Locked<'a> {
     /// Costs a `fcntl` per other live process: callers on hot paths use
     /// [`reap_if_due`](Self::reap_if_due).
     pub(super) fn reap(&mut self) -> bool {
+        let found = self.reap_where(|_| true);
+        self.map
+            .word(header::LAST_REAP)
+            .store(coarse_ms(), Ordering::Relaxed);
+        found
+    }
+
+    /// [`reap`](Self::reap) of the processes whose undo could change a
+    /// value `sops` names (a nonzero adjustment for one of its semaphores):
+    /// only theirs can let a blocked call through. For a call about to fail
+    /// with `EAGAIN`, which must see a reaped child's undo (the kernel
+    /// applies it before `waitpid` returns), at a `fcntl` per such process
+    /// rather than per live one.
+    pub(super) fn reap_adjusters_of(&mut self, sops: &[SemBuf]) -> bool {
+        let map = self.map;
+        self.reap_where(|slot| {
+            sops.iter()
+                .any(|s| adjustment(map, slot, usize::from(s.num)) != 0)
+        })
+    }
+
+    /// Adopts the leftovers of every dead process among the other live
+    /// slots that `wanted` names.
+    fn reap_where(&mut self, wanted: impl Fn(usize) -> bool) -> bool {
         let layout = *self.layout();
         let mut found = false;
         let mut registry = registry();
         for slot in 0..NPROC {
             if slot == self.me.slot
                 || self.map.load(layout.proc(slot, proc_slot::STATE)) != SLOT_LIVE
+                || !wanted(slot)
                 || !registry.lock_if_dead(self.map, slot)
             {
                 continue;
@@ -484,9 +509,6 @@ impl<'a> Locked<'a> {
             found = true;
         }
         drop(registry);
-        self.map
-            .word(header::LAST_REAP)
-            .store(coarse_ms(), Ordering::Relaxed);
         if found {
             self.smart_update(Change::All);
         }

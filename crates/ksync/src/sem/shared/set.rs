@@ -659,17 +659,28 @@ impl SharedSemSet {
                     return Err(SemError::Removed);
                 }
                 // A dead process's undo may make it possible: look once.
-                // Before failing with EAGAIN, always: the kernel applies a
-                // process's undo before its parent's `waitpid` returns, and
-                // a call that will not wait answers at once. Before
-                // sleeping, at most every 10 ms (`reap_if_due`): a sleeper
-                // gets the undo from the next sweep anyway.
+                // Before failing with EAGAIN, always, at the processes that
+                // hold adjustments for these semaphores: the kernel applies
+                // a process's undo before its parent's `waitpid` returns,
+                // and a call that will not wait answers at once. Before
+                // sleeping, at everyone at most every 10 ms (`reap_if_due`):
+                // a sleeper gets the undo from the next sweep anyway.
                 let will_not_wait = timeout == Some(Duration::ZERO);
-                match held.perform(sops) {
+                let outcome = held.perform(sops);
+                let fails_now = match outcome {
+                    Outcome::Failed(e) => e == SemError::Again,
+                    Outcome::Blocked(_) => will_not_wait,
+                    Outcome::Done => false,
+                };
+                if fails_now && !reaped {
+                    reaped = true;
+                    if held.reap_adjusters_of(sops) {
+                        continue;
+                    }
+                }
+                match outcome {
                     Outcome::Done => return Ok(()),
-                    Outcome::Failed(SemError::Again) if !reaped && held.reap() => reaped = true,
                     Outcome::Failed(e) => return Err(e),
-                    Outcome::Blocked(_) if !reaped && will_not_wait && held.reap() => reaped = true,
                     Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
                     Outcome::Blocked(_) if will_not_wait => return Err(SemError::Again),
                     Outcome::Blocked(at) => break at,
