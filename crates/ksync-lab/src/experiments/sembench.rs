@@ -8,7 +8,7 @@
 use super::{ComparePart, Quick};
 use crate::harness::line_trip;
 use crate::output::lab::Lab;
-use crate::output::record::{ratio_to, Measured, Record};
+use crate::output::record::{ratio_to, ratios_to_peers, Measured, Record};
 use crate::output::summary::{Caveat, SummaryRow};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
@@ -392,6 +392,10 @@ fn measure_all(
             Ok(record(&o, backend, config, sleeper_spin, trip_ns))
         },
         |round| {
+            // Against every peer, for `compare`'s summary, which picks the
+            // best peer by its median and must still take ratios within a
+            // round; then the two the tables show.
+            ratios_to_peers(round, "burns_per_s");
             for (name, base) in [("x_sysv", kernel), ("x_floor", floor)] {
                 if let Some(base) = base {
                     ratio_to(round, base, "burns_per_s", name);
@@ -582,9 +586,11 @@ fn breakdown(points: &[Measured]) -> Table {
          the woken (ksync-sem and futex-batch; KSYNC_WAKE_SHARING=0|1|local, by default \
          `any` with 4 or more CPUs, `local` with 2 or 3: the woken on each CPU wake \
          the others there): {} in this run; wake calls then include the woken's. \
-         main on cpu: the posting main thread's CPU time over the run's; it never sleeps, so \
-         below 1 it waited for a CPU (the main thread is not bound; the workers bound to the \
-         CPU it runs on take their turns), and a poster that waits posts less. line trip: a \
+         main on cpu: the posting main thread's CPU time over the run's; it does not sleep \
+         between posts, so below 1 it waited for a CPU (the main thread is not bound; the \
+         workers bound to the CPU it runs on take their turns) or, for ksync's sets, for a \
+         lock inside a post whose holder was preempted, and a poster that waits posts less. \
+         line trip: a \
          cache line's round trip between the first two CPUs, measured just before each run \
          (`-` with one CPU); on a virtual machine it follows where the host put the vCPUs, \
          and every handshake between the poster and a polling worker pays it.",

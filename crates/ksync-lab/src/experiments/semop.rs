@@ -115,7 +115,7 @@ pub fn run(lab: &mut Lab, args: Args) -> Result<(), String> {
                 1,
             )
             .param("semaphores", n)
-            .param("iters", args.iters)
+            .param("iters", iters)
             .param("rounds", args.rounds)
             .metric("ns", ns))
         },

@@ -173,9 +173,11 @@ pub struct Outcome {
     pub events: Option<WaitEvents>,
     /// The process's CPU time and context switches over the run.
     pub usage: Usage,
-    /// The main thread's over the run. It never sleeps (it looks for ready
-    /// workers until the clock stops), so its CPU time short of the run's is
-    /// time it waited for a CPU.
+    /// The main thread's over the run. It does not sleep between posts (it
+    /// looks for ready workers until the clock stops), so its CPU time short
+    /// of the run's is time it waited for a CPU, or, with ksync's sets, for
+    /// a lock inside a post whose holder was preempted (their locks sleep
+    /// after a bounded spin); its voluntary switches tell the two apart.
     pub main_usage: Usage,
     /// ksync only: the sets' lock statistics over the run (the array lock
     /// Spraul instrumented is the global one).

@@ -176,7 +176,7 @@ pub mod shared;
 pub use counters::SemCounters;
 pub use error::SemError;
 pub use lock::RawSemLock;
-pub use queue::{set_sleeper_spin, DEFAULT_SLEEPER_SPIN};
+pub use queue::{set_sleeper_spin, sleeper_spin, DEFAULT_SLEEPER_SPIN};
 pub use set::{SemSet, SemStat};
 pub use undo::SemUndo;
 

@@ -94,6 +94,16 @@ pub fn set_sleeper_spin(polls: u32) {
     SLEEPER_SPIN.store(polls, Ordering::Relaxed);
 }
 
+/// The limit [`set_sleeper_spin`] set ([`DEFAULT_SLEEPER_SPIN`] until then).
+///
+/// ```
+/// ksync::sem::set_sleeper_spin(200);
+/// assert_eq!(ksync::sem::sleeper_spin(), 200);
+/// ```
+pub fn sleeper_spin() -> u32 {
+    SLEEPER_SPIN.load(Ordering::Relaxed)
+}
+
 /// The polls this wait may spend (see [`set_sleeper_spin`]); process-shared
 /// sets' sleepers use it too.
 pub(super) fn spin_budget() -> u32 {

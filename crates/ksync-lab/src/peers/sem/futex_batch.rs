@@ -27,9 +27,6 @@ use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Set in every post count once the set is removed.
 const REMOVED: u32 = 1 << 31;
-/// The most polls of the post count a wait spends: as many as ksync's
-/// sleepers (`ksync::sem::DEFAULT_SLEEPER_SPIN`).
-const MAX_POLLS: u32 = ksync::sem::DEFAULT_SLEEPER_SPIN;
 
 thread_local! {
     /// What this thread learned about its waits, as ksync's sleepers learn it.
@@ -138,7 +135,13 @@ impl FutexBatch {
         if nowait {
             return Err(SemError::Failed("nothing posted (IPC_NOWAIT)".into()));
         }
-        let budget = with_learner(|l| l.budget(MAX_POLLS));
+        // The most polls of the post count a wait spends: as many as
+        // ksync's sleepers may (`ksync::sem::sleeper_spin`, which
+        // `--sleeper-spin` sets for both).
+        let budget = match ksync::sem::sleeper_spin() {
+            0 => 0,
+            limit => with_learner(|l| l.budget(limit)),
+        };
         for polls in 1..=budget {
             std::hint::spin_loop();
             if word.posts.load(Ordering::Relaxed) != 0 {

@@ -125,11 +125,12 @@ fn bulk_round<B: SemBackend>(
             })?;
             await_waiters(&sh.set, num, 1)?;
         }
+        let ones = vec![1u16; n];
         let before = sh.set.counters();
         sh.started.store(true, Ordering::Relaxed);
         let t0 = sh.base.elapsed();
         match waker {
-            Waker::SetAll => sh.set.set_all(&vec![1u16; n])?,
+            Waker::SetAll => sh.set.set_all(&ones)?,
             Waker::Semop => {
                 for chunk in posts.chunks(SEMOPM) {
                     sh.set
