@@ -183,9 +183,13 @@ fn transfer_vm(
     };
     // SAFETY: `local` points to `len` bytes the library owns (writable when
     // copying in); the kernel checks `remote` and never lets a bad address
-    // fault this process. getpid has no preconditions.
+    // fault this process. gettid has no preconditions.
     let moved = unsafe {
-        let me = libc::getpid();
+        // The calling thread, not the process id: the kernel looks the id
+        // up as a task, and once the main thread has called `pthread_exit`
+        // the process id names a zombie without memory (ESRCH), while the
+        // caller always has ours.
+        let me = libc::gettid();
         match direction {
             Direction::In => libc::process_vm_readv(me, &local_iov, 1, &remote_iov, 1, 0),
             Direction::Out => libc::process_vm_writev(me, &local_iov, 1, &remote_iov, 1, 0),

@@ -205,6 +205,15 @@ fn semop_values_and_errors() {
     );
 }
 
+/// The main thread calls `pthread_exit` and the worker it started goes on:
+/// copies in and out of the caller's memory must still work.
+#[test]
+fn calls_after_the_main_thread_exited() {
+    let out = compare("main_exited");
+    assert!(has_line(&out, "IPC_STAT after main exited: ok"), "{out}");
+    assert!(has_line(&out, "values: 0 2"), "{out}");
+}
+
 #[test]
 fn semop_sleeping_eidrm_eintr_mutual_exclusion_and_thread_undo() {
     let out = compare("semop_wait");
