@@ -550,9 +550,15 @@ impl<'a> Locked<'a> {
         self.smart_update(Change::All);
         let mut swept = self.woken.len() - before;
         let layout = *self.layout();
+        // The slots already to be woken, as a bitmap: a search of `woken`
+        // per slot would cost NSLEEP times a post's worth.
+        let mut listed = [0u64; NSLEEP.div_ceil(64)];
+        for &slot in &self.woken {
+            listed[slot / 64] |= 1 << (slot % 64);
+        }
         for slot in 0..NSLEEP {
             if self.map.load(layout.sleeper(slot, sleeper::STATE)) != SLEEPER_DONE
-                || self.woken.contains(&slot)
+                || listed[slot / 64] & 1 << (slot % 64) != 0
             {
                 continue;
             }
