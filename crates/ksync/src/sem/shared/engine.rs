@@ -16,7 +16,7 @@ use super::layout::{
 };
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
-use super::procs::{registry, Me};
+use super::procs::{holds_incarnation, registry, Me};
 use super::share;
 use super::wake::Change;
 use crate::futex_batch::sleeper_cpu;
@@ -615,11 +615,8 @@ impl<'a> Locked<'a> {
     /// Drops queued sleepers whose process no longer holds its slot (its
     /// slot was freed, or taken by a later process).
     fn drop_orphan_sleepers(&mut self) {
-        let layout = *self.layout();
         self.drop_sleepers_where(|map, owner, gen| {
-            owner >= NPROC
-                || map.load(layout.proc(owner, proc_slot::STATE)) != SLOT_LIVE
-                || map.load(layout.proc(owner, proc_slot::GEN)) & super::layout::GEN_MASK != gen
+            owner >= NPROC || !holds_incarnation(map, owner, gen)
         });
     }
 

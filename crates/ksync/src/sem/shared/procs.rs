@@ -21,7 +21,7 @@
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::layout::{owner_word, proc_slot, GEN_MASK, NPROC};
+use super::layout::{owner_word, proc_slot, GEN_MASK, NPROC, SLOT_LIVE};
 use super::map::Mapping;
 use crate::sem::stamp::current_pid;
 use crate::sem::SemError;
@@ -223,6 +223,17 @@ impl Registry {
     pub(super) fn unlock_dead(&mut self, map: &Arc<Mapping>, slot: usize) {
         let _ = lock_byte(map, slot, libc::F_UNLCK);
     }
+}
+
+/// Whether process slot `slot` (below [`NPROC`]) is live and still holds
+/// incarnation `gen`: what a sleeper or a lock word naming `(slot, gen)`
+/// needs for its process to be the slot's holder, not a predecessor whose
+/// slot was freed or taken by a later process. Whether that holder is
+/// alive is [`is_alive`]'s question.
+pub(super) fn holds_incarnation(map: &Mapping, slot: usize, gen: u32) -> bool {
+    let layout = map.layout;
+    map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE
+        && map.load(layout.proc(slot, proc_slot::GEN)) & GEN_MASK == gen
 }
 
 /// Whether the process that holds slot `slot` is alive, without taking

@@ -50,8 +50,8 @@
 use super::engine::{Locked, Place};
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
-use super::layout::{header, proc_slot, sleeper, split_owner, summary, GEN_MASK, NPROC, SLOT_LIVE};
-use super::procs::is_alive;
+use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
+use super::procs::{holds_incarnation, is_alive};
 use crate::sem::complete::Skipped;
 use crate::sem::counters::Counters;
 use crate::sem::{SemBuf, SemError};
@@ -434,10 +434,7 @@ impl Locked<'_> {
         if (owner, gen) == (self.me.slot, self.me.gen) {
             return true;
         }
-        let layout = self.map.layout;
-        if self.map.load(layout.proc(owner, proc_slot::STATE)) != SLOT_LIVE
-            || self.map.load(layout.proc(owner, proc_slot::GEN)) & GEN_MASK != gen
-        {
+        if !holds_incarnation(self.map, owner, gen) {
             return false;
         }
         if walk.alive[owner] == Liveness::Unknown {
