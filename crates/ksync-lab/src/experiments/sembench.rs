@@ -8,7 +8,7 @@
 use super::{ComparePart, Quick};
 use crate::harness::line_trip;
 use crate::output::lab::Lab;
-use crate::output::record::{ratio_to, ratios_to_peers, Measured, Record};
+use crate::output::record::{peer_ratio_key, ratio_to, ratios_to_peers, Measured, Record};
 use crate::output::summary::{Caveat, SummaryRow};
 use crate::output::table::Table;
 use crate::peers::sem::registry::{self as sems, SemEntry, FLOOR, KERNEL};
@@ -370,8 +370,7 @@ fn measure_all(
             label
         })
         .collect();
-    let position = |name: &str| backends.iter().position(|b| b.name == name);
-    let (kernel, floor) = (position(KERNEL), position(FLOOR));
+    let floor = backends.iter().position(|b| b.name == FLOOR);
     let printer = lab.printer();
     lab.try_measure_rounds(
         &labels,
@@ -394,12 +393,10 @@ fn measure_all(
         |round| {
             // Against every peer, for `compare`'s summary, which picks the
             // best peer by its median and must still take ratios within a
-            // round; then the two the tables show.
+            // round; the kernel is one (`x_sysv`, which the tables show).
             ratios_to_peers(round, "burns_per_s");
-            for (name, base) in [("x_sysv", kernel), ("x_floor", floor)] {
-                if let Some(base) = base {
-                    ratio_to(round, base, "burns_per_s", name);
-                }
+            if let Some(floor) = floor {
+                ratio_to(round, floor, "burns_per_s", "x_floor");
             }
             mark_state_change(round);
         },
@@ -448,7 +445,8 @@ fn table(points: &[Measured]) -> Table {
         let mut row = vec![
             m.record.params.get("backend").cloned().unwrap_or_default(),
             m.show("burns_per_s", 0),
-            m.show_or_dash("x_sysv", 2),
+            // `ratios_to_peers`' name for the ratio to the kernel's run.
+            m.show_or_dash(&peer_ratio_key(KERNEL), 2),
         ];
         if with_floor {
             row.push(m.show_or_dash("x_floor", 2));
