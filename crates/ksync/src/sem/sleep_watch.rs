@@ -264,6 +264,20 @@ mod tests {
         watch
     }
 
+    /// [`crowded`], with sleeper `first` napped as the watch and each of
+    /// `untimed` napped untimed (all of them entered).
+    fn watched(first: usize, untimed: &[usize]) -> SleepWatch {
+        let watch = crowded();
+        for _ in 0..=untimed.len() {
+            watch.enter();
+        }
+        assert_eq!(watch.nap(first, CROWD), Nap::Watch);
+        for &slot in untimed {
+            assert_eq!(watch.nap(slot, CROWD), Nap::Untimed);
+        }
+        watch
+    }
+
     #[test]
     fn among_few_sleepers_everyone_keeps_a_timeout() {
         let watch = SleepWatch::new();
@@ -293,13 +307,7 @@ mod tests {
 
     #[test]
     fn a_leaving_watch_appoints_an_untimed_sleeper_and_others_leave_quietly() {
-        let watch = crowded();
-        for _ in [5, 17, 900] {
-            watch.enter();
-        }
-        assert_eq!(watch.nap(5, CROWD), Nap::Watch);
-        assert_eq!(watch.nap(17, CROWD), Nap::Untimed);
-        assert_eq!(watch.nap(900, CROWD), Nap::Untimed);
+        let watch = watched(5, &[17, 900]);
         assert_eq!(watch.leave(17, || None, |_| panic!("not the watch")), None);
         let next = watch.leave(5, || None, |slot| assert_eq!(slot, 900));
         assert_eq!(next, Some(900));
@@ -314,13 +322,7 @@ mod tests {
 
     #[test]
     fn the_sleeper_preferred_is_appointed_if_untimed() {
-        let watch = crowded();
-        for _ in [0, 1, 2] {
-            watch.enter();
-        }
-        assert_eq!(watch.nap(0, CROWD), Nap::Watch);
-        assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
-        assert_eq!(watch.nap(2, CROWD), Nap::Untimed);
+        let watch = watched(0, &[1, 2]);
         assert_eq!(watch.leave(0, || Some(2), |_| ()), Some(2));
         assert_eq!(
             watch.leave(2, || Some(1001), |_| ()),
@@ -334,22 +336,14 @@ mod tests {
     /// on.
     #[test]
     fn a_successor_with_its_result_is_named_and_woken() {
-        let watch = crowded();
-        watch.enter();
-        watch.enter();
-        assert_eq!(watch.nap(0, CROWD), Nap::Watch);
-        assert_eq!(watch.nap(1, CROWD), Nap::Untimed);
+        let watch = watched(0, &[1]);
         assert_eq!(watch.leave(0, || None, |_| ()), Some(1));
         assert_eq!(watch.nap(1, CROWD), Nap::Watch);
     }
 
     #[test]
     fn reset_forgets_the_sleepers_and_the_watch() {
-        let watch = crowded();
-        watch.enter();
-        watch.enter();
-        assert_eq!(watch.nap(2, CROWD), Nap::Watch);
-        assert_eq!(watch.nap(3, CROWD), Nap::Untimed);
+        let watch = watched(2, &[3]);
         watch.reset();
         watch.enter();
         assert_eq!(watch.nap(7, CROWD), Nap::Watch);
