@@ -10,7 +10,7 @@ use super::sigbus;
 use crate::sem::counters::Counters;
 use crate::sem::sleep_watch::SleepWatch;
 use crate::sem::{SemError, SEMMSL};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicI32, AtomicU32, Ordering};
 
 /// A set file mapped shared, read-write when the process may alter the set,
 /// read-only otherwise.
@@ -45,7 +45,7 @@ pub(super) struct Mapping {
 /// `fork`: a child that copied it held by a thread of its parent (which the
 /// child does not have) takes it over, where a mutex would keep the child
 /// waiting for ever on its first call on the set.
-pub(super) struct ClaimLock(std::sync::atomic::AtomicI32);
+pub(super) struct ClaimLock(AtomicI32);
 
 /// [`ClaimLock`] held; released on drop.
 pub(super) struct Claiming<'a>(&'a ClaimLock);
@@ -57,17 +57,12 @@ impl ClaimLock {
         let me = crate::sem::stamp::current_pid();
         let mut spins = 0u32;
         loop {
-            let holder = self.0.load(std::sync::atomic::Ordering::Acquire);
+            let holder = self.0.load(Ordering::Acquire);
             // Another process's id is a parent's, copied by `fork`.
             if holder != me
                 && self
                     .0
-                    .compare_exchange(
-                        holder,
-                        me,
-                        std::sync::atomic::Ordering::Acquire,
-                        std::sync::atomic::Ordering::Relaxed,
-                    )
+                    .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
                 return Claiming(self);
@@ -84,7 +79,7 @@ impl ClaimLock {
 
 impl Drop for Claiming<'_> {
     fn drop(&mut self) {
-        self.0 .0.store(0, std::sync::atomic::Ordering::Release);
+        self.0 .0.store(0, Ordering::Release);
     }
 }
 
@@ -164,7 +159,7 @@ impl Mapping {
             layout: Layout::new(1),
             fd,
             lockers_here: AtomicU32::new(0),
-            claiming: ClaimLock(std::sync::atomic::AtomicI32::new(0)),
+            claiming: ClaimLock(AtomicI32::new(0)),
             counters: Counters::default(),
             watch: SleepWatch::new(),
             guard: None,
