@@ -11,88 +11,159 @@
 //! SysV wake-ups use no hash).
 //!
 //! So the first time a thread is about to sleep on a word that batched wakes
-//! will wake, it counts itself ([`note_sleeping_thread`]), and when the
-//! count passes a quarter of the slots the table is grown to four slots per
-//! counted thread, the ratio the kernel's own sizing uses, up to
-//! [`MAX_SLOTS`]. Nothing else changes: growth is at most a handful of
-//! `prctl` calls in a process's life, and a thread that counted itself never
-//! looks again (one thread-local load per sleep). The table is left alone
-//! where the kernel has no private hash (`prctl` fails), where the process
-//! uses the global hash (0 slots: someone chose it), and once a resize
-//! failed.
+//! will wake, it counts itself ([`note_sleeping_thread`]), and when fewer
+//! than four slots are left per counted thread (the ratio the kernel's own
+//! sizing uses) the table grows to sixteen per thread, up to [`MAX_SLOTS`]:
+//! it next grows once the threads have quadrupled, at most four resizes in a
+//! process's life. A thread that counted itself never looks again (one
+//! thread-local load per sleep). The table is left alone where the kernel
+//! has no private hash (`prctl` fails), where the process uses the global
+//! hash (0 slots: someone chose it), and once a resize failed.
+//!
+//! **No sleeper waits for a resize.** The kernel makes `PR_FUTEX_HASH_SET_SLOTS`
+//! wait until no futex call still uses the old table, which takes one or two
+//! RCU grace periods: 15 to 48 ms on an idle 2-core guest, over 200 ms on a
+//! loaded one. A sleeper that resized in line missed every wake-up posted
+//! meanwhile, and every other sleeper that counted itself then queued behind
+//! it. So the sleeper that finds the table too small starts a short-lived
+//! thread, `ksync-futex-hash`, that resizes and exits; a sleeper that finds
+//! one running leaves the growth to it, and it looks at the count again
+//! before it exits. Where no thread can be started the table stays as it is
+//! until the next sleeper tries.
 
 use core::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// `prctl` option and its two operations (`include/uapi/linux/prctl.h`).
 const PR_FUTEX_HASH: libc::c_int = 78;
 const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
 const PR_FUTEX_HASH_GET_SLOTS: libc::c_ulong = 2;
 
-/// Slots per counted thread, as the kernel sizes the table per thread.
+/// The fewest slots kept per counted thread, the kernel's own ratio.
 const SLOTS_PER_THREAD: usize = 4;
+/// A resize gives each counted thread this many times [`SLOTS_PER_THREAD`],
+/// so that the next is due once the threads have quadrupled: each resize
+/// costs the process a thread start and a table swap whose grace periods
+/// every futex call of the process sees.
+const HEADROOM: usize = 4;
+/// The smallest table the kernel gives a process (16 slots): no resize is
+/// due before more threads than its quarter have counted themselves.
+const FIRST_GROW_AT: usize = 16 / SLOTS_PER_THREAD + 1;
 /// The largest table grown to: 16384 slots, about 1 MiB of kernel memory,
-/// enough for 4096 sleeping threads at the ratio above.
+/// enough for 4096 sleeping threads at four slots each.
 pub(crate) const MAX_SLOTS: usize = 1 << 14;
 /// [`GROW_AT`] when the table is to be left alone.
 const NEVER: usize = usize::MAX;
+/// The resizer's stack: it makes two `prctl` calls.
+const RESIZER_STACK: usize = 64 * 1024;
 
 /// Threads that counted themselves.
 static THREADS: AtomicUsize = AtomicUsize::new(0);
-/// The thread count at which to look again (0: not looked yet).
-static GROW_AT: AtomicUsize = AtomicUsize::new(0);
-/// Serializes the resizes.
-static RESIZE: Mutex<()> = Mutex::new(());
+/// The thread count at which the table is looked at again.
+static GROW_AT: AtomicUsize = AtomicUsize::new(FIRST_GROW_AT);
+/// The process whose resizer thread is running, 0 if none: a child forked
+/// while its parent's resizer ran has no resizer, and its pid differs.
+static RESIZER_OF: AtomicU32 = AtomicU32::new(0);
 
 std::thread_local! {
     static COUNTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Counts the calling thread among those that sleep on futex words, once,
-/// and grows the process's private futex hash when the count calls for it
-/// (see the module docs). Call it before a thread's sleep on a word that
-/// [`wake_each`](super::wake_each), a [`Spread`](super::Spread) or many
-/// wakers will wake; calling it again
+/// and has the process's private futex hash grown when the count calls for
+/// it (see the module docs), without waiting for the resize. Call it before
+/// a thread's sleep on a word that [`wake_each`](super::wake_each), a
+/// [`Spread`](super::Spread) or many wakers will wake; calling it again
 /// costs one thread-local load.
 pub fn note_sleeping_thread() {
     if COUNTED.with(Cell::get) {
         return;
     }
     COUNTED.with(|c| c.set(true));
-    let threads = THREADS.fetch_add(1, Ordering::Relaxed) + 1;
+    // SeqCst, as the resizer's clearing of `RESIZER_OF` and its second look
+    // at the count (`resize_while_needed`): either this thread sees the
+    // resizer still running, and the resizer then sees this count, or it
+    // sees the resizer gone and starts another.
+    let threads = THREADS.fetch_add(1, Ordering::SeqCst) + 1;
     if threads >= GROW_AT.load(Ordering::Relaxed) {
-        grow(threads);
+        start_resizer();
     }
 }
 
+/// Starts the resizer thread unless one of this process's is running.
 #[cold]
-fn grow(threads: usize) {
-    let _serial = RESIZE.lock().unwrap_or_else(|p| p.into_inner());
-    if threads < GROW_AT.load(Ordering::Relaxed) {
-        return; // another thread grew it meanwhile
+fn start_resizer() {
+    let me = std::process::id();
+    let running = RESIZER_OF.load(Ordering::SeqCst);
+    if running == me
+        || RESIZER_OF
+            .compare_exchange(running, me, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return; // a resizer of this process runs and will look again
     }
+    let started = std::thread::Builder::new()
+        .name("ksync-futex-hash".into())
+        .stack_size(RESIZER_STACK)
+        .spawn(move || resize_while_needed(me));
+    if started.is_err() {
+        // No thread to spare: the next sleeper past the count tries again.
+        RESIZER_OF.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The resizer thread's body: resizes for the count until it no longer
+/// calls for more, then stops.
+fn resize_while_needed(me: u32) {
+    loop {
+        grow(THREADS.load(Ordering::SeqCst));
+        // Pairs with the SeqCst count and look in `note_sleeping_thread`.
+        RESIZER_OF.store(0, Ordering::SeqCst);
+        if THREADS.load(Ordering::SeqCst) < GROW_AT.load(Ordering::Relaxed)
+            || RESIZER_OF
+                .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Grows the table for `threads` counted threads if it has fewer than
+/// [`SLOTS_PER_THREAD`] slots each, and sets the count at which to look
+/// again. Only the resizer thread calls it: the resize may wait for the
+/// kernel's grace periods.
+fn grow(threads: usize) {
+    #[cfg(test)]
+    let _held_by_test = tests::RESIZE_GATE.lock().unwrap_or_else(|p| p.into_inner());
+    let needed = threads.saturating_mul(SLOTS_PER_THREAD);
     let next = match slots() {
         // No private hash (an older kernel), or the global one (0 slots).
         None | Some(0) => NEVER,
-        Some(slots) => {
-            let wanted = (threads * SLOTS_PER_THREAD)
-                .next_power_of_two()
-                .min(MAX_SLOTS);
-            if wanted > slots && !set_slots(wanted) {
-                NEVER
+        Some(slots) if slots >= needed => look_again_at(slots),
+        Some(_) => {
+            let wanted = needed
+                .saturating_mul(HEADROOM)
+                .min(MAX_SLOTS)
+                .next_power_of_two();
+            if set_slots(wanted) {
+                look_again_at(wanted)
             } else {
-                let slots = wanted.max(slots);
-                if slots >= MAX_SLOTS {
-                    NEVER
-                } else {
-                    // Look again once the threads outgrow this table.
-                    slots / SLOTS_PER_THREAD + 1
-                }
+                NEVER
             }
         }
     };
     GROW_AT.store(next, Ordering::Relaxed);
+}
+
+/// The count at which a table of `slots` is to grow: once the threads
+/// outgrow it, never once it is the largest.
+fn look_again_at(slots: usize) -> usize {
+    if slots >= MAX_SLOTS {
+        NEVER
+    } else {
+        slots / SLOTS_PER_THREAD + 1
+    }
 }
 
 /// The private hash's slots, `None` where the kernel has none.
@@ -120,9 +191,23 @@ fn set_slots(slots: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_common::wait_until;
+    use std::sync::Mutex;
+
+    /// Held by a test to stand in for a resize that takes long: `grow`
+    /// takes it first.
+    pub(super) static RESIZE_GATE: Mutex<()> = Mutex::new(());
+    /// One test at a time here: both look at the process-wide count.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Whether no resizer of this process runs.
+    fn resizer_idle() -> bool {
+        RESIZER_OF.load(Ordering::SeqCst) != std::process::id()
+    }
 
     #[test]
-    fn sleeping_threads_grow_the_table_four_slots_each() {
+    fn sleeping_threads_grow_the_table_to_four_slots_each_or_more() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         // Runs in this test binary's process; other tests' threads may
         // count themselves too, so look at what the table reached.
         let before = slots();
@@ -132,27 +217,65 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+        wait_until("the resizer done", resizer_idle);
         match before {
             // No private hash here, or the global one: left alone.
             None | Some(0) => assert_eq!(slots(), before),
             Some(_) => {
-                let counted = THREADS.load(Ordering::Relaxed);
+                let counted = THREADS.load(Ordering::SeqCst);
                 assert!(counted >= 40);
+                // The next look first: it is set after the resize it follows.
+                let grow_at = GROW_AT.load(Ordering::Relaxed);
                 let slots = slots().expect("a private hash");
+                // Other tests' sleepers may have counted themselves after
+                // the resizer's last look: it looks at the count it read.
                 assert!(
-                    slots
-                        >= (counted * SLOTS_PER_THREAD)
-                            .next_power_of_two()
-                            .min(MAX_SLOTS)
-                        || GROW_AT.load(Ordering::Relaxed) == NEVER,
+                    grow_at == NEVER || slots >= (grow_at - 1) * SLOTS_PER_THREAD,
+                    "{slots} slots, next look at {grow_at} threads"
+                );
+                assert!(
+                    slots >= (40 * SLOTS_PER_THREAD).next_power_of_two() || grow_at == NEVER,
                     "{slots} slots for {counted} threads"
                 );
             }
         }
         // A thread counts itself once.
-        let counted = THREADS.load(Ordering::Relaxed);
+        let counted = THREADS.load(Ordering::SeqCst);
         note_sleeping_thread();
         note_sleeping_thread();
-        assert!(THREADS.load(Ordering::Relaxed) <= counted + 1);
+        assert!(THREADS.load(Ordering::SeqCst) <= counted + 1);
+    }
+
+    #[test]
+    fn a_sleeper_counts_itself_without_waiting_for_a_resize() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        wait_until("no resizer running", resizer_idle);
+        // The kernel's resize may take hundreds of milliseconds; this one
+        // takes until the gate opens. Every sleeper that counts itself
+        // meanwhile, the one that calls for the resize included, must
+        // go on to sleep.
+        let gate = RESIZE_GATE.lock().unwrap();
+        GROW_AT.store(0, Ordering::Relaxed);
+        let done = std::sync::Arc::new(AtomicUsize::new(0));
+        let sleepers: Vec<_> = (0..4)
+            .map(|_| {
+                let done = std::sync::Arc::clone(&done);
+                std::thread::spawn(move || {
+                    note_sleeping_thread();
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        wait_until("every sleeper past its count", || {
+            done.load(Ordering::SeqCst) == 4
+        });
+        assert!(!resizer_idle(), "a resize was called for and is held");
+        drop(gate);
+        for s in sleepers {
+            s.join().unwrap();
+        }
+        wait_until("the resizer done", resizer_idle);
+        // The resizer set the next look from the table it left.
+        assert_ne!(GROW_AT.load(Ordering::Relaxed), 0);
     }
 }
