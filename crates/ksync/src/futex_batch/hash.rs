@@ -28,11 +28,12 @@
 //! it. So the sleeper that finds the table too small starts a short-lived
 //! thread, `ksync-futex-hash`, that resizes and exits; a sleeper that finds
 //! one running leaves the growth to it, and it looks at the count again
-//! before it exits. Where no thread can be started the table stays as it is
-//! until the next sleeper tries.
+//! before it exits. Where no thread can be started the sleeper resizes in
+//! line. A fork child starts counting afresh.
 
 use core::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Once;
 
 /// `prctl` option and its two operations (`include/uapi/linux/prctl.h`).
 const PR_FUTEX_HASH: libc::c_int = 78;
@@ -80,6 +81,7 @@ pub fn note_sleeping_thread() {
         return;
     }
     COUNTED.with(|c| c.set(true));
+    watch_forks();
     // SeqCst, as the resizer's clearing of `RESIZER_OF` and its second look
     // at the count (`resize_while_needed`): either this thread sees the
     // resizer still running, and the resizer then sees this count, or it
@@ -107,9 +109,31 @@ fn start_resizer() {
         .stack_size(RESIZER_STACK)
         .spawn(move || resize_while_needed(me));
     if started.is_err() {
-        // No thread to spare: the next sleeper past the count tries again.
-        RESIZER_OF.store(0, Ordering::SeqCst);
+        // No thread to spare (a pids limit, say): resize here rather than
+        // never, and this sleeper waits for it, as every one did before.
+        resize_while_needed(me);
     }
+}
+
+/// Registers, once, the fork handler that gives a child fresh counts.
+fn watch_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain function with no captured state; it
+        // only stores to static atomics and a const-initialised thread-local
+        // cell, which is async-signal-safe as the child side of fork requires.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_counts_in_child)) };
+    });
+}
+
+/// A fork child's table is the kernel's default again and its one thread
+/// is the one that forked: none of the parent's counts apply, and a parent's
+/// resizer is not the child's (its pid could be the child's grandchild's).
+extern "C" fn forget_counts_in_child() {
+    COUNTED.with(|c| c.set(false));
+    THREADS.store(0, Ordering::Relaxed);
+    GROW_AT.store(FIRST_GROW_AT, Ordering::Relaxed);
+    RESIZER_OF.store(0, Ordering::Relaxed);
 }
 
 /// The resizer thread's body: resizes for the count until it no longer
@@ -205,6 +229,12 @@ mod tests {
         RESIZER_OF.load(Ordering::SeqCst) != std::process::id()
     }
 
+    /// Whether the table is what the count calls for: no resizer runs, and
+    /// none is about to (one that stopped between resizes looks again).
+    fn settled() -> bool {
+        resizer_idle() && THREADS.load(Ordering::SeqCst) < GROW_AT.load(Ordering::Relaxed)
+    }
+
     #[test]
     fn sleeping_threads_grow_the_table_to_four_slots_each_or_more() {
         let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -217,7 +247,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        wait_until("the resizer done", resizer_idle);
+        wait_until("the table grown for the count", settled);
         match before {
             // No private hash here, or the global one: left alone.
             None | Some(0) => assert_eq!(slots(), before),
@@ -244,6 +274,37 @@ mod tests {
         note_sleeping_thread();
         note_sleeping_thread();
         assert!(THREADS.load(Ordering::SeqCst) <= counted + 1);
+    }
+
+    /// A fork child's table starts at the kernel's default: a count
+    /// inherited from its parent would hold its growth back, for good once
+    /// the parent's had stopped looking.
+    #[test]
+    fn a_fork_child_counts_its_sleepers_afresh() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        note_sleeping_thread();
+        wait_until("no resizer running", resizer_idle);
+        let grow_at = GROW_AT.swap(NEVER, Ordering::Relaxed);
+        // SAFETY: the child only reads atomics and a thread-local cell, then
+        // `_exit`s: nothing that another thread's lock could block.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let fresh = THREADS.load(Ordering::Relaxed) == 0
+                && GROW_AT.load(Ordering::Relaxed) == FIRST_GROW_AT
+                && RESIZER_OF.load(Ordering::Relaxed) == 0
+                && !COUNTED.with(Cell::get);
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(i32::from(!fresh)) };
+        }
+        GROW_AT.store(grow_at, Ordering::Relaxed);
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: waits for the child just forked; `status` is ours.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child inherited its parent's counts"
+        );
     }
 
     #[test]
