@@ -88,7 +88,10 @@
 //! the handle is published by the caller's own release (for `ksync::sem`,
 //! the status swap that delivers the result) and read after the sleeper's
 //! acquire of that status; the reference count's `AcqRel` decrements order
-//! every use of the board before its free, as for `Arc`.
+//! every use of the board before its free, as for `Arc`; the release with
+//! which a helper puts a board back in its open slot pairs with the
+//! acquire with which the poster takes it back (`take_back`), before it
+//! resets the board for reuse.
 
 use core::ops::Range;
 use core::ptr::NonNull;
@@ -692,6 +695,7 @@ impl<const N: usize> Taken<N> {
 /// its waker's board. Store it where the sleeper reads it after it sees its
 /// result, and have the sleeper call [`Handle::help`] exactly once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a handle dropped unused keeps its board from ever being freed"]
 pub struct Handle(*mut Board);
 
 // SAFETY: a handle is a counted reference to a board whose fields are all
@@ -905,11 +909,14 @@ impl Share {
 /// holds it: 1 if it did (a reference the poster settles), else 0.
 fn take_back(cpu: u32, board: NonNull<Board>) -> usize {
     let slot = open_slot(cpu).expect("an open board's CPU is known");
+    // Acquire pairs with the release put-back in `help_open_board_on`: a
+    // helper's claim and reads of the board happen before the poster
+    // resets it for its next post.
     let taken = slot
         .compare_exchange(
             board.as_ptr(),
             core::ptr::null_mut(),
-            Ordering::Relaxed,
+            Ordering::Acquire,
             Ordering::Relaxed,
         )
         .is_ok();
@@ -1061,8 +1068,14 @@ fn help_open_board_on(cpu: u32, wake: impl FnOnce(&[*const AtomicU32]) -> usize)
     // The words, read while the reference is ours.
     let batch = b.words::<LOCAL_HELPER_CHUNK>(claimed.clone());
     // The reference goes back to the slot for the next sleeper while words
-    // may be left; else, or if another post's board is there now, dropped.
-    let back = !claimed.is_empty()
+    // are left; else, or if another post's board is there now, dropped. A
+    // board put back with nothing left would stay in the slot until the
+    // next sleeper on this CPU looked, and keep later posts' boards out;
+    // words its poster publishes after this look, the poster wakes itself.
+    // Relaxed: a stale length only drops a board that words published since
+    // could have used.
+    let left = claimed.end < b.len.load(Ordering::Relaxed);
+    let back = left
         && slot
             .compare_exchange(
                 core::ptr::null_mut(),
@@ -1962,8 +1975,8 @@ mod tests {
         spread.me = 0;
         // CPU 1: two parked, the third (the leader) still polling, so never
         // pushed, two more parked; CPU 2: three parked.
-        deliver(&mut spread, &words[0], 1, true);
-        deliver(&mut spread, &words[1], 1, true);
+        assert_eq!(deliver(&mut spread, &words[0], 1, true), Handle::NONE);
+        assert_eq!(deliver(&mut spread, &words[1], 1, true), Handle::NONE);
         let leader = deliver(&mut spread, &words[2], 1, false);
         let led = [
             deliver(&mut spread, &words[3], 1, true),
@@ -2093,6 +2106,40 @@ mod tests {
         spread.finish(&mut record);
         assert!(slot.load(Ordering::Relaxed).is_null(), "taken back");
         assert_eq!(help_open_board_on(CPU, &mut record), 0);
+        help_late(handles);
+        assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
+    }
+
+    #[test]
+    fn a_sleeper_that_claims_a_left_open_boards_last_words_keeps_it_out_of_the_slot() {
+        // A pretend CPU no machine that runs the tests has, on a slot no
+        // other test uses.
+        const CPU: u32 = OPEN_SLOTS as u32 - 5;
+        let words: Vec<AtomicU32> = (0..LEADER_AT as usize + OPEN_AT)
+            .map(|_| AtomicU32::new(0))
+            .collect();
+        let mut spread = spread(SharingMode::Local);
+        spread.open_at = OPEN_AT;
+        spread.me = 0;
+        let handles: Vec<Handle> = words
+            .iter()
+            .map(|w| deliver(&mut spread, w, CPU, true))
+            .collect();
+        let slot = open_slot(CPU).unwrap();
+        assert!(!slot.load(Ordering::Relaxed).is_null(), "left open");
+        let mut woken = vec![0; words.len()];
+        let mut record = |ws: &[*const AtomicU32]| {
+            ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
+            ws.len()
+        };
+        // A sleeper of an earlier post returns there and claims every word
+        // the board holds: nothing is left for the next, so the board does
+        // not go back (where it would stay until some later sleeper on that
+        // CPU looked, keeping other posts' boards out).
+        assert_eq!(help_open_board_on(CPU, &mut record), OPEN_AT);
+        assert!(slot.load(Ordering::Relaxed).is_null(), "put back empty");
+        spread.finish(&mut record);
+        assert!(slot.load(Ordering::Relaxed).is_null());
         help_late(handles);
         assert!(woken.iter().all(|&n| n == 1), "{woken:?}");
     }
