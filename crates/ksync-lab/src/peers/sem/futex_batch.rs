@@ -59,7 +59,11 @@ impl Word {
     /// a handle nobody took (a post taken by a caller that found no handle
     /// yet), so that every reference is used once.
     fn leave(&self, handle: Handle) {
-        let old = self.help.swap(handle.into_raw(), Ordering::Relaxed);
+        // AcqRel: the release pairs with the acquire swap in `help` (a
+        // sleeper that takes this handle, though it took an earlier post,
+        // sees the board set up); the acquire, with an earlier `leave`'s
+        // release, for the handle it takes off the word.
+        let old = self.help.swap(handle.into_raw(), Ordering::AcqRel);
         // SAFETY: the swap took the old reference off the word; used once.
         unsafe { Handle::from_raw(old).help() };
     }
@@ -68,7 +72,8 @@ impl Word {
     /// then a chunk of a later post's left open for this CPU, as ksync's
     /// sleepers do.
     fn help(&self, events: &Events) {
-        let raw = self.help.swap(core::ptr::null_mut(), Ordering::Relaxed);
+        // Acquire pairs with the release swap in `leave`.
+        let raw = self.help.swap(core::ptr::null_mut(), Ordering::Acquire);
         // SAFETY: as in `leave`.
         let calls = unsafe { Handle::from_raw(raw).help() } + ksync::futex_batch::help_open_board();
         if calls > 0 {
@@ -191,8 +196,8 @@ impl FutexBatch {
             let word = self.word(op.num)?;
             // A handle only where a sleeper is announced, as ksync hands one
             // only to a queued sleeper (one announced after this look just
-            // does not help). It rides on the release increment below and
-            // is read by `Word::help`.
+            // does not help). `Word::leave`'s release swap publishes it to
+            // `Word::help`'s acquire swap, whichever post that caller took.
             let cpu = word.cpu.load(Ordering::Relaxed);
             if word.sleepers.load(Ordering::Relaxed) != 0 {
                 word.leave(spread.handle_on(cpu));
