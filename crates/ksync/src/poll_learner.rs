@@ -139,6 +139,11 @@ impl PollLearner {
     /// budget (not for a budget of 0), and call
     /// [`wait_ended`](Self::wait_ended) once the wait is over.
     pub fn budget(&mut self, limit: u32) -> u32 {
+        // Only the wait starting now may be timed: a timed wait that ended
+        // without `wait_ended` (its caller found, after the polls, that it
+        // need not sleep) must not time this one from its start, which would
+        // call this wait long and skip the next probes.
+        self.timed_since = None;
         let budget = self.next_budget(limit);
         if budget == 0 {
             // This wait sleeps, unless it need not wait at all.
@@ -342,6 +347,21 @@ mod tests {
         // A wait that ends while it polls ends its timing too.
         learner.learn(PROBE_POLLS, true);
         assert!(learner.timed_since.is_none());
+    }
+
+    #[test]
+    fn a_timed_wait_that_ended_unheard_does_not_time_the_next() {
+        let mut learner = PollLearner::new();
+        learner.learn(MIN_POLLS, false);
+        assert_eq!(until_probe_due(&mut learner), PROBE_POLLS);
+        // The probe fails, and the caller then finds it need not sleep: the
+        // wait ends without `wait_ended`.
+        learner.learn(PROBE_POLLS, false);
+        assert_eq!(learner.budget(LIMIT), 0);
+        assert!(
+            learner.timed_since.is_none(),
+            "the next wait timed from the probe's start"
+        );
     }
 
     #[test]
