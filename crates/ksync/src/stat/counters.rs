@@ -3,7 +3,7 @@
 //! load and store by the exclusive holder, an atomic read-modify-write by
 //! everyone else).
 
-use super::snapshot::{SideStats, BUCKETS};
+use super::snapshot::{Histogram, SideStats, BUCKETS};
 use crate::sync::unmodelled::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 
@@ -15,6 +15,91 @@ pub(super) struct Counters {
     pub(super) read: SideCounters,
     pub(super) wait_hist: [AtomicU64; BUCKETS],
     pub(super) hold_hist: [AtomicU64; BUCKETS],
+    /// The counts at the last reset, which snapshots subtract.
+    pub(super) base: Baseline,
+}
+
+/// The additive counts as they stood at the last reset
+/// ([`Stat::reset`](super::Stat::reset)): snapshots report the counts
+/// since. A reset that zeroed the counters instead would race with an
+/// exclusive holder's load and store ([`add`]), which could store the whole
+/// earlier count back; a baseline read during an update is off by that one
+/// update. The maxima are not additive: a reset zeroes them, and a racing
+/// holder can only store its own sample.
+pub(super) struct Baseline {
+    write_free: AtomicU64,
+    read_free: AtomicU64,
+    write: SideCounters,
+    read: SideCounters,
+    wait_hist: [AtomicU64; BUCKETS],
+    hold_hist: [AtomicU64; BUCKETS],
+}
+
+/// A lock's counts, as plain numbers.
+pub(super) struct Counts {
+    pub(super) write: SideStats,
+    pub(super) read: SideStats,
+    pub(super) wait: Histogram,
+    pub(super) hold: Histogram,
+}
+
+impl Counts {
+    /// The counts since `base`, maxima as they are.
+    pub(super) fn since(&self, base: &Counts) -> Counts {
+        Counts {
+            write: self.write.since(&base.write),
+            read: self.read.since(&base.read),
+            wait: self.wait.since(&base.wait),
+            hold: self.hold.since(&base.hold),
+        }
+    }
+}
+
+/// Copies `atomics` into a histogram.
+fn histogram(atomics: &[AtomicU64; BUCKETS]) -> Histogram {
+    let mut h = Histogram::default();
+    for (dst, src) in h.buckets.iter_mut().zip(atomics) {
+        *dst = src.load(Relaxed);
+    }
+    h
+}
+
+/// Stores `h` into `atomics`.
+fn store_histogram(atomics: &[AtomicU64; BUCKETS], h: &Histogram) {
+    for (dst, &src) in atomics.iter().zip(&h.buckets) {
+        dst.store(src, Relaxed);
+    }
+}
+
+impl Baseline {
+    const fn new() -> Self {
+        Baseline {
+            write_free: AtomicU64::new(0),
+            read_free: AtomicU64::new(0),
+            write: SideCounters::new(),
+            read: SideCounters::new(),
+            wait_hist: [const { AtomicU64::new(0) }; BUCKETS],
+            hold_hist: [const { AtomicU64::new(0) }; BUCKETS],
+        }
+    }
+
+    pub(super) fn load(&self) -> Counts {
+        Counts {
+            write: self.write.snapshot(self.write_free.load(Relaxed)),
+            read: self.read.snapshot(self.read_free.load(Relaxed)),
+            wait: histogram(&self.wait_hist),
+            hold: histogram(&self.hold_hist),
+        }
+    }
+
+    pub(super) fn store(&self, counts: &Counts) {
+        self.write_free.store(counts.write.free, Relaxed);
+        self.read_free.store(counts.read.free, Relaxed);
+        self.write.store(&counts.write);
+        self.read.store(&counts.read);
+        store_histogram(&self.wait_hist, &counts.wait);
+        store_histogram(&self.hold_hist, &counts.hold);
+    }
 }
 
 /// The counters of one side (writers or readers).
@@ -70,19 +155,20 @@ impl SideCounters {
         }
     }
 
-    pub(super) fn reset(&self) {
-        for a in [
-            &self.contended,
-            &self.wait_total,
-            &self.wait_max,
-            &self.hold_samples,
-            &self.hold_total,
-            &self.hold_max,
-            &self.timeouts,
-            &self.timeout_wait,
-        ] {
-            a.store(0, Relaxed);
-        }
+    /// Zeroes the maxima (see [`Baseline`] for the sums).
+    pub(super) fn reset_maxima(&self) {
+        self.wait_max.store(0, Relaxed);
+        self.hold_max.store(0, Relaxed);
+    }
+
+    /// Stores `s`'s sums, as a [`Baseline`]'s side.
+    fn store(&self, s: &SideStats) {
+        self.contended.store(s.contended, Relaxed);
+        self.wait_total.store(s.wait_total_ns, Relaxed);
+        self.hold_samples.store(s.hold_samples, Relaxed);
+        self.hold_total.store(s.hold_sampled_ns, Relaxed);
+        self.timeouts.store(s.timeouts, Relaxed);
+        self.timeout_wait.store(s.timeout_wait_ns, Relaxed);
     }
 
     pub(super) fn snapshot(&self, free: u64) -> SideStats {
@@ -108,6 +194,18 @@ impl Counters {
             read: SideCounters::new(),
             wait_hist: [const { AtomicU64::new(0) }; BUCKETS],
             hold_hist: [const { AtomicU64::new(0) }; BUCKETS],
+            base: Baseline::new(),
+        }
+    }
+
+    /// The counts as they stand, `write_free` and `read_free` the
+    /// [`Stat`](super::Stat)'s own.
+    pub(super) fn counts(&self, write_free: u64, read_free: u64) -> Counts {
+        Counts {
+            write: self.write.snapshot(write_free),
+            read: self.read.snapshot(read_free),
+            wait: histogram(&self.wait_hist),
+            hold: histogram(&self.hold_hist),
         }
     }
 }

@@ -83,7 +83,7 @@
 //! * `Stat<R, 0>`: hold time is not measured.
 //!
 //! Sampled holds start once the clock is calibrated (see [`calibrate`]); in
-//! `Stat<R, 1>` the first acquisition calibrates it.
+//! `Stat<R, 1>` the first acquisition calibrates it before it takes the lock.
 //!
 //! Leaving statistics out entirely costs nothing: use `R` instead of
 //! `Stat<R>` (a type alias in your crate switches all locks at once), or
@@ -91,7 +91,9 @@
 //!
 //! # The per-mille figure
 //!
-//! Spraul's "1/1000 cpu time" is `1000 * wait / (elapsed * online CPUs)`:
+//! Spraul's "1/1000 cpu time" is `1000 * wait / (elapsed * CPUs)`, the CPUs
+//! the process may run on (its affinity and CPU quota, as
+//! `std::thread::available_parallelism` counts them):
 //! the share of the whole machine's time that went into waiting for this
 //! lock. For a spinlock that is CPU time burnt; for a sleeping lock such as
 //! [`RawRwSem`](crate::rwsem::RawRwSem) it is time threads spent blocked.
@@ -103,10 +105,11 @@
 //! # Consistency
 //!
 //! Counters are read with relaxed loads, so a snapshot taken under load can
-//! be off by the acquisitions in flight. [`Stat::reset`] racing with a writer
-//! that is updating its counters (a load and a store) may leave that one
-//! update behind; reset between phases, while the lock is idle, as a
-//! benchmark does.
+//! be off by the acquisitions in flight. [`Stat::reset`] records the counts
+//! as they stand, which later snapshots subtract, rather than zeroing them
+//! under a writer that updates them with a load and a store: a reset racing
+//! with such an update is off by that one update, and a longest wait or hold
+//! recorded in flight may count in the new window.
 
 mod clock;
 mod counters;
@@ -119,7 +122,7 @@ pub use lock_stats::LockStats;
 pub use report::{registry, RegistrationId, Registry, Report, ReportRow};
 pub use snapshot::{Histogram, LockStatSnapshot, SideStats, BUCKETS};
 
-use self::counters::{add, raise, Counters, SideCounters};
+use self::counters::{add, raise, Counters, Counts, SideCounters};
 use crate::sync::unmodelled::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 use core::fmt;
@@ -168,19 +171,21 @@ impl<G> StatGuard<G> {
     }
 }
 
-/// Online CPUs, asked once per process (a snapshot of each of thousands of
-/// locks should not reread `/sys`).
-fn online_cpus() -> u32 {
+/// The CPUs this process may run on, asked once per process (a snapshot of
+/// each of thousands of locks should not reread `/sys`): a process confined
+/// to 2 CPUs of a 64-CPU host can wait on at most 2 at a time.
+fn usable_cpus() -> u32 {
     static CPUS: OnceLock<u32> = OnceLock::new();
     *CPUS.get_or_init(|| {
-        // SAFETY: `sysconf` only reads system configuration; any name is
-        // allowed and an unknown one returns -1.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        if n > 0 {
-            u32::try_from(n).unwrap_or(u32::MAX)
-        } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-        }
+        std::thread::available_parallelism().map_or_else(
+            |_| {
+                // SAFETY: `sysconf` only reads system configuration; any
+                // name is allowed and an unknown one returns -1.
+                let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+                u32::try_from(n).unwrap_or(1).max(1)
+            },
+            |n| u32::try_from(n.get()).unwrap_or(u32::MAX),
+        )
     })
 }
 
@@ -209,42 +214,38 @@ impl<R, const HOLD: u32> Stat<R, HOLD> {
     pub fn snapshot(&self) -> LockStatSnapshot {
         let now = clock::now();
         let start = self.cold.start.load(Relaxed);
-        let mut wait_histogram = Histogram::default();
-        let mut hold_histogram = Histogram::default();
-        for (dst, src) in wait_histogram.buckets.iter_mut().zip(&self.cold.wait_hist) {
-            *dst = src.load(Relaxed);
-        }
-        for (dst, src) in hold_histogram.buckets.iter_mut().zip(&self.cold.hold_hist) {
-            *dst = src.load(Relaxed);
-        }
+        let counts = self.counts().since(&self.cold.base.load());
         LockStatSnapshot {
             locks: 1,
-            write: self.cold.write.snapshot(self.write_free.load(Relaxed)),
-            read: self.cold.read.snapshot(self.read_free.load(Relaxed)),
-            wait_histogram,
-            hold_histogram,
+            write: counts.write,
+            read: counts.read,
+            wait_histogram: counts.wait,
+            hold_histogram: counts.hold,
             elapsed_ns: if start == 0 {
                 0
             } else {
                 clock::elapsed_ns(start, now)
             },
-            cpus: online_cpus(),
+            cpus: usable_cpus(),
         }
     }
 
-    /// Sets every counter to zero and restarts the per-mille window now.
+    /// Sets every counter to zero, as later snapshots see them, and
+    /// restarts the per-mille window now.
     ///
     /// Exact when the lock is idle; see the module documentation for a reset
     /// that races with a writer.
     pub fn reset(&self) {
-        self.write_free.store(0, Relaxed);
-        self.read_free.store(0, Relaxed);
-        self.cold.write.reset();
-        self.cold.read.reset();
-        for a in self.cold.wait_hist.iter().chain(&self.cold.hold_hist) {
-            a.store(0, Relaxed);
-        }
+        self.cold.base.store(&self.counts());
+        self.cold.write.reset_maxima();
+        self.cold.read.reset_maxima();
         self.cold.start.store(clock::now(), Relaxed);
+    }
+
+    /// The counts as they stand, since the lock was made.
+    fn counts(&self) -> Counts {
+        self.cold
+            .counts(self.write_free.load(Relaxed), self.read_free.load(Relaxed))
     }
 
     /// Starts the per-mille window now, unless it has started already.
@@ -274,6 +275,16 @@ impl<R, const HOLD: u32> Stat<R, HOLD> {
                     0
                 }
             }
+        }
+    }
+
+    /// `Stat<R, 1>` times every hold from its acquisition, so the clock must
+    /// be calibrated (a 2 ms sleep, once per process) before the lock is
+    /// taken, not while it is held; other rates start sampling once it is.
+    #[inline(always)]
+    fn calibrate_if_timing_all() {
+        if HOLD == 1 {
+            clock::calibrate();
         }
     }
 
@@ -418,6 +429,7 @@ unsafe impl<R: RawMutex, const HOLD: u32> RawMutex for Stat<R, HOLD> {
 
     #[inline]
     fn lock(&self) -> Self::Guard {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock() {
             Some(g) => StatGuard::new(g, self.acquired_free(false)),
             None => self.wait_for(false, || self.raw.lock()),
@@ -426,6 +438,7 @@ unsafe impl<R: RawMutex, const HOLD: u32> RawMutex for Stat<R, HOLD> {
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
+        Self::calibrate_if_timing_all();
         let g = self.raw.try_lock()?;
         Some(StatGuard::new(g, self.acquired_free(false)))
     }
@@ -461,6 +474,7 @@ unsafe impl<R: RawMutexTimed, const HOLD: u32> RawMutexTimed for Stat<R, HOLD> {
     type Instant = R::Instant;
 
     fn try_lock_for(&self, timeout: Self::Duration) -> Option<Self::Guard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
             None => self.wait_for_timed(false, || self.raw.try_lock_for(timeout)),
@@ -468,6 +482,7 @@ unsafe impl<R: RawMutexTimed, const HOLD: u32> RawMutexTimed for Stat<R, HOLD> {
     }
 
     fn try_lock_until(&self, timeout: Self::Instant) -> Option<Self::Guard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
             None => self.wait_for_timed(false, || self.raw.try_lock_until(timeout)),
@@ -489,6 +504,7 @@ unsafe impl<R: RawRwLock, const HOLD: u32> RawRwLock for Stat<R, HOLD> {
 
     #[inline]
     fn lock_shared(&self) -> Self::SharedGuard {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_shared() {
             Some(g) => StatGuard::new(g, self.acquired_free(true)),
             None => self.wait_for(true, || self.raw.lock_shared()),
@@ -497,6 +513,7 @@ unsafe impl<R: RawRwLock, const HOLD: u32> RawRwLock for Stat<R, HOLD> {
 
     #[inline]
     fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+        Self::calibrate_if_timing_all();
         let g = self.raw.try_lock_shared()?;
         Some(StatGuard::new(g, self.acquired_free(true)))
     }
@@ -511,6 +528,7 @@ unsafe impl<R: RawRwLock, const HOLD: u32> RawRwLock for Stat<R, HOLD> {
 
     #[inline]
     fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_exclusive() {
             Some(g) => StatGuard::new(g, self.acquired_free(false)),
             None => self.wait_for(false, || self.raw.lock_exclusive()),
@@ -519,6 +537,7 @@ unsafe impl<R: RawRwLock, const HOLD: u32> RawRwLock for Stat<R, HOLD> {
 
     #[inline]
     fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+        Self::calibrate_if_timing_all();
         let g = self.raw.try_lock_exclusive()?;
         Some(StatGuard::new(g, self.acquired_free(false)))
     }
@@ -579,6 +598,7 @@ unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD>
     type Instant = R::Instant;
 
     fn try_lock_shared_for(&self, timeout: Self::Duration) -> Option<Self::SharedGuard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_shared() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(true))),
             None => self.wait_for_timed(true, || self.raw.try_lock_shared_for(timeout)),
@@ -586,6 +606,7 @@ unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD>
     }
 
     fn try_lock_shared_until(&self, timeout: Self::Instant) -> Option<Self::SharedGuard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_shared() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(true))),
             None => self.wait_for_timed(true, || self.raw.try_lock_shared_until(timeout)),
@@ -593,6 +614,7 @@ unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD>
     }
 
     fn try_lock_exclusive_for(&self, timeout: Self::Duration) -> Option<Self::ExclusiveGuard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_exclusive() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
             None => self.wait_for_timed(false, || self.raw.try_lock_exclusive_for(timeout)),
@@ -600,6 +622,7 @@ unsafe impl<R: RawRwLockTimed, const HOLD: u32> RawRwLockTimed for Stat<R, HOLD>
     }
 
     fn try_lock_exclusive_until(&self, timeout: Self::Instant) -> Option<Self::ExclusiveGuard> {
+        Self::calibrate_if_timing_all();
         match self.raw.try_lock_exclusive() {
             Some(g) => Some(StatGuard::new(g, self.acquired_free(false))),
             None => self.wait_for_timed(false, || self.raw.try_lock_exclusive_until(timeout)),
@@ -617,6 +640,34 @@ mod tests {
         let base = &s as *const _ as usize;
         assert!(&s.read_free as *const _ as usize - base <= 16);
         assert!(&s.write_free as *const _ as usize - base <= 8);
+    }
+
+    /// A holder's update is a load and a store (`counters::add`); a reset
+    /// between the two must not let the store bring the earlier count back.
+    #[test]
+    fn a_count_stored_back_over_a_reset_counts_once() {
+        let s: Stat<crate::spin::RawQSpinLock, 0> = Stat::new(crate::spin::RawQSpinLock::new());
+        for _ in 0..1000 {
+            let g = s.lock();
+            // SAFETY: `g` is this lock's guard.
+            unsafe { s.unlock(g) };
+        }
+        let loaded = s.write_free.load(Relaxed);
+        s.reset();
+        s.write_free.store(loaded + 1, Relaxed);
+        assert_eq!(s.snapshot().write.free, 1);
+        // And the histogram and sums, the same way.
+        let bucket = &s.cold.wait_hist[3];
+        let loaded = bucket.load(Relaxed);
+        bucket.store(loaded + 5, Relaxed);
+        let contended = s.cold.write.contended.load(Relaxed);
+        s.reset();
+        bucket.store(loaded + 6, Relaxed);
+        s.cold.write.contended.store(contended + 1, Relaxed);
+        let snap = s.snapshot();
+        assert_eq!(snap.wait_histogram.buckets[3], 1);
+        assert_eq!(snap.write.contended, 1);
+        assert_eq!(snap.write.free, 0);
     }
 
     #[test]

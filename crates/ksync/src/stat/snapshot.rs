@@ -40,6 +40,15 @@ impl Histogram {
         self.buckets.iter().fold(0u64, |a, &b| a.wrapping_add(b))
     }
 
+    /// The counts since `base` was copied from the same counters.
+    pub(super) fn since(&self, base: &Histogram) -> Histogram {
+        let mut h = *self;
+        for (a, b) in h.buckets.iter_mut().zip(&base.buckets) {
+            *a = a.wrapping_sub(*b);
+        }
+        h
+    }
+
     /// Adds `other`'s counts to this one's.
     pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
@@ -58,7 +67,8 @@ impl Histogram {
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         let mut seen = 0u64;
         for (i, &n) in self.buckets.iter().enumerate() {
-            seen += n;
+            // Saturating: the buckets are public, and `count` wraps.
+            seen = seen.saturating_add(n);
             if seen >= rank {
                 return Some(if i + 1 == BUCKETS {
                     u64::MAX
@@ -135,6 +145,21 @@ impl SideStats {
         self.acquisitions() == 0 && self.timeouts == 0
     }
 
+    /// The sums since `base` was copied from the same counters; the maxima
+    /// as they are.
+    pub(super) fn since(&self, base: &SideStats) -> SideStats {
+        SideStats {
+            free: self.free.wrapping_sub(base.free),
+            contended: self.contended.wrapping_sub(base.contended),
+            wait_total_ns: self.wait_total_ns.wrapping_sub(base.wait_total_ns),
+            hold_samples: self.hold_samples.wrapping_sub(base.hold_samples),
+            hold_sampled_ns: self.hold_sampled_ns.wrapping_sub(base.hold_sampled_ns),
+            timeouts: self.timeouts.wrapping_sub(base.timeouts),
+            timeout_wait_ns: self.timeout_wait_ns.wrapping_sub(base.timeout_wait_ns),
+            ..*self
+        }
+    }
+
     /// Adds `other` to this side: sums, and the larger of the maxima.
     pub fn merge(&mut self, other: &SideStats) {
         self.free = self.free.wrapping_add(other.free);
@@ -173,7 +198,8 @@ pub struct LockStatSnapshot {
     /// Time from the start of the lock's window (see
     /// [`Stat`](super::Stat)) to the snapshot; the longest one when merged.
     pub elapsed_ns: u64,
-    /// Online CPUs when the snapshot was taken.
+    /// The CPUs the process may run on (affinity and CPU quota), as first
+    /// asked by the process.
     pub cpus: u32,
 }
 
@@ -238,7 +264,7 @@ impl LockStatSnapshot {
             .unwrap_or(0)
     }
 
-    /// The waits as per-mille of all online CPUs' time over the window:
+    /// The waits as per-mille of the usable CPUs' time over the window:
     /// `1000 * wait / (elapsed * cpus)`, rounded down as Spraul's 2010 kernel
     /// patch did (47.07% printed as 470). 0 when no time has elapsed.
     pub fn per_mille(&self) -> u64 {
