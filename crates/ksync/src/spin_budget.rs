@@ -14,7 +14,9 @@
 //! (a `FUTEX_WAKE`, the wake-up, and the woken thread running) is half a round
 //! trip; the median of five rounds is kept. Until the measurement is in, the
 //! default of [`DEFAULT_CONTEXT_SWITCH`] stands. Setting `KSYNC_SWITCH_NS` in
-//! the environment (nanoseconds) skips the measurement. The lock that first
+//! the environment (nanoseconds, 200 to 200000) skips the measurement; a
+//! value that does not parse or lies outside those bounds is ignored, as a
+//! measurement outside them would be. The lock that first
 //! needs the figure starts the measuring thread; nothing is measured in a
 //! process whose locks never wait.
 //!
