@@ -997,9 +997,9 @@ impl Met {
 /// it has claimed the rest, if the slot still holds it; else a later sleeper
 /// finds it with nothing left and drops it.
 #[cfg(not(loom))]
-static OPEN: [crossbeam_utils::CachePadded<AtomicPtr<Board>>; OPEN_SLOTS] =
+static OPEN: [crossbeam_utils::CachePadded<AtomicPtr<Board>>; OPEN_SLOTS + PRETEND_CPUS] =
     [const { crossbeam_utils::CachePadded::new(AtomicPtr::new(core::ptr::null_mut())) };
-        OPEN_SLOTS];
+        OPEN_SLOTS + PRETEND_CPUS];
 
 #[cfg(loom)]
 loom::lazy_static! {
@@ -1024,9 +1024,29 @@ const OPEN_SLOTS: usize = 64;
 #[cfg(loom)]
 const OPEN_SLOTS: usize = 2;
 
+/// Unit tests' pretend CPUs, [`pretend_cpu`]`(0)` and up: numbers no CPU
+/// has, each with an open slot of its own past the real CPUs', so that no
+/// real sleeper (of the tests running beside, on a machine of any size)
+/// meets a test's board, nor a test's helper a real post's.
+#[cfg(all(test, not(loom)))]
+const PRETEND_CPUS: usize = 8;
+#[cfg(all(not(test), not(loom)))]
+const PRETEND_CPUS: usize = 0;
+
+/// Unit tests' pretend CPU `i` (below [`PRETEND_CPUS`]).
+#[cfg(all(test, not(loom)))]
+const fn pretend_cpu(i: usize) -> u32 {
+    UNKNOWN_CPU - PRETEND_CPUS as u32 + i as u32
+}
+
 /// `cpu`'s open slot, if the CPU is known.
 fn open_slot(cpu: u32) -> Option<&'static AtomicPtr<Board>> {
-    let slot = &OPEN[(cpu as usize) % OPEN_SLOTS];
+    let index = match cpu {
+        #[cfg(all(test, not(loom)))]
+        c if c >= pretend_cpu(0) && c != UNKNOWN_CPU => OPEN_SLOTS + (c - pretend_cpu(0)) as usize,
+        c => c as usize % OPEN_SLOTS,
+    };
+    let slot = &OPEN[index];
     // Out of its `CachePadded` (under loom there is none).
     #[cfg(not(loom))]
     let slot = &**slot;
@@ -2075,9 +2095,7 @@ mod tests {
 
     #[test]
     fn a_board_left_open_gives_each_returning_sleeper_one_chunk() {
-        // A pretend CPU no machine that runs the tests has, so that no real
-        // sleeper returning there takes from this board.
-        const CPU: u32 = OPEN_SLOTS as u32 - 1;
+        const CPU: u32 = pretend_cpu(0);
         let led = OPEN_AT + 2 * LOCAL_HELPER_CHUNK + 3;
         let words: Vec<AtomicU32> = (0..LEADER_AT as usize + led)
             .map(|_| AtomicU32::new(0))
@@ -2112,9 +2130,7 @@ mod tests {
 
     #[test]
     fn a_sleeper_that_claims_a_left_open_boards_last_words_keeps_it_out_of_the_slot() {
-        // A pretend CPU no machine that runs the tests has, on a slot no
-        // other test uses.
-        const CPU: u32 = OPEN_SLOTS as u32 - 5;
+        const CPU: u32 = pretend_cpu(1);
         let words: Vec<AtomicU32> = (0..LEADER_AT as usize + OPEN_AT)
             .map(|_| AtomicU32::new(0))
             .collect();
@@ -2146,10 +2162,9 @@ mod tests {
 
     #[test]
     fn an_any_post_leaves_its_board_open_on_each_crowded_cpu() {
-        // Pretend CPUs no machine that runs the tests has, and slots no
-        // other test uses: two crowded with the post's sleepers, one not.
-        const CROWDED: [u32; 2] = [OPEN_SLOTS as u32 - 3, OPEN_SLOTS as u32 - 2];
-        const SPARSE: u32 = OPEN_SLOTS as u32 - 4;
+        // Two pretend CPUs crowded with the post's sleepers, one not.
+        const CROWDED: [u32; 2] = [pretend_cpu(2), pretend_cpu(3)];
+        const SPARSE: u32 = pretend_cpu(4);
         let mut cpus = vec![CROWDED[0]; OPEN_AT];
         cpus.extend([SPARSE; OPEN_AT - 1]);
         cpus.extend([CROWDED[1]; OPEN_AT + 5]);
