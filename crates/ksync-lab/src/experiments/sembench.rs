@@ -382,11 +382,15 @@ fn measure_all(
             let o = backend
                 .dispatch(Sembench(config))
                 .map_err(|e| format!("sembench -o {}: {e}", backend.name))?;
+            let lines = self::lines(&o, backend, trip_ns);
             if print {
-                printer(&format!(
-                    "\n{}\n",
-                    self::lines(&o, backend, trip_ns).join("\n")
-                ));
+                printer(&format!("\n{}\n", lines.join("\n")));
+            } else {
+                // Where the runs' own lines are not printed (`compare`),
+                // what would make a reader doubt a run's figure still is.
+                for note in lines.iter().filter(|l| l.starts_with("note: ")) {
+                    printer(&format!("sembench -o {}: {note}\n", backend.name));
+                }
             }
             Ok(record(&o, backend, config, sleeper_spin, trip_ns))
         },
