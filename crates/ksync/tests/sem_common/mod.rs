@@ -685,6 +685,13 @@ macro_rules! on_both {
             let set = $crate::sem_common::SharedSet::create($n);
             let undo = ksync::sem::SemUndo::new();
             $f(&set, &undo);
+            // A shared set's sleepers sweep it every 100 ms, which completes
+            // and wakes what a waker missed long before `finish` gives up:
+            // the scenario would pass with the wake-up lost. No scenario
+            // here kills a process or fakes a dead waker, the only excuses
+            // for a sweep's work, so it must have had none.
+            let swept = $crate::sem_common::Sems::swept(&set);
+            assert_eq!(swept, 0, "{}: the sweep did a waker's work", $test);
         }
         if $crate::sem_common::sysv_available($test) {
             eprintln!("{}: kernel side", $test);
