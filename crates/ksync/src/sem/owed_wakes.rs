@@ -52,12 +52,13 @@ pub(crate) fn mark(bitmap: &[AtomicU32], slots: impl IntoIterator<Item = usize>)
         let (w, bit) = place(slot);
         masks[w] |= bit;
     }
-    for (word, &bits) in bitmap.iter().zip(&masks) {
+    let mut merged = vec![0; bitmap.len()];
+    for ((word, &bits), merged) in bitmap.iter().zip(&masks).zip(&mut merged) {
         if bits != 0 {
-            word.fetch_or(bits, Ordering::Release);
+            *merged = word.fetch_or(bits, Ordering::Release) & bits;
         }
     }
-    Mine { masks }
+    Mine { masks, merged }
 }
 
 /// What one [`claim`] on a word found.
@@ -121,9 +122,23 @@ pub(crate) fn claim_any(bitmap: &[AtomicU32], max: usize, out: &mut Vec<usize>) 
 /// them back.
 pub(crate) struct Mine {
     masks: Vec<u32>,
+    /// Per word, the bits [`mark`] found set already.
+    merged: Vec<u32>,
 }
 
 impl Mine {
+    /// Calls `f` with each slot whose bit [`mark`] found set already: an
+    /// earlier mark not claimed yet, which now stands for both.
+    pub(crate) fn for_each_merged(&self, mut f: impl FnMut(usize)) {
+        for (w, &bits) in self.merged.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                f(w * BITS + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+    }
+
     /// Claims up to `max` of its marks still unclaimed in `bitmap`, appends
     /// their slots to `out`, and returns how many. 0 once every mark is
     /// settled, claimed by this poster or by anybody else.
@@ -169,6 +184,18 @@ mod tests {
         mark(&b, [0, 31, 32, 33, 95]);
         let words: Vec<u32> = b.iter().map(|w| w.load(Ordering::Relaxed)).collect();
         assert_eq!(words, [1 | 1 << 31, 0b11, 1 << 31]);
+    }
+
+    #[test]
+    fn a_mark_names_the_slots_an_earlier_mark_still_stands_for() {
+        let b = bitmap(2);
+        mark(&b, [3, 40]);
+        let mut merged = Vec::new();
+        mark(&b, [3, 4, 40, 41]).for_each_merged(|slot| merged.push(slot));
+        assert_eq!(merged, [3, 40]);
+        let mut none = Vec::new();
+        mark(&bitmap(2), [3, 40]).for_each_merged(|slot| none.push(slot));
+        assert_eq!(none, Vec::<usize>::new());
     }
 
     #[test]

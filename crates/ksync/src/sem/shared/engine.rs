@@ -19,6 +19,7 @@ use super::map::Mapping;
 use super::procs::{holds_incarnation, registry, Me};
 use super::share;
 use super::wake::Change;
+use crate::futex::wake_shared;
 use crate::futex_batch::sleeper_cpu;
 use crate::sem::counters::Counters;
 use crate::sem::stamp::{current_pid, now_secs};
@@ -541,11 +542,13 @@ impl<'a> Locked<'a> {
         if self.removed() {
             self.fail_all()?;
         }
-        // What the sweep finds from here on, a waker should have done: a
-        // sleeper it could have completed, or a result it committed but did
-        // not publish. Only a waker that died explains either; with every
-        // process alive, a count here is a wake-up lost (the liveness tests
-        // check it).
+        // What the sweep counts from here on, a waker should have done: a
+        // sleeper it could have completed, a result it committed but did
+        // not publish, or a sleeper still asleep on its published result
+        // after every wake-up owed to it was made. Only a waker that died
+        // explains the first two, and nothing the third; with every process
+        // alive, a count here is a wake-up lost (the blocking and liveness
+        // tests check it).
         let before = self.woken.len();
         self.smart_update(Change::All);
         let mut swept = self.woken.len() - before;
@@ -563,17 +566,35 @@ impl<'a> Locked<'a> {
                 continue;
             }
             // Under the lock, a live waker has published what it committed:
-            // an unpublished result is counted. A result published but not
-            // collected yet is woken again, not counted: its sleeper is on
+            // an unpublished result is counted, and published on release.
+            let status = self.map.word(layout.sleeper(slot, sleeper::STATUS));
+            if status.load(Ordering::Relaxed) != READY {
+                swept += 1;
+                self.woken.push(slot);
+                continue;
+            }
+            // A result published but not collected yet: its sleeper is on
             // its way out, or asleep because the process that claimed its
             // wake-up died before making it (`share.rs`), and it may sleep
-            // without a timeout (`crate::sem::sleep_watch`); a second
-            // wake-up is harmless, and a live waker may simply not have made
-            // its first yet.
-            if self.map.load(layout.sleeper(slot, sleeper::STATUS)) != READY {
+            // without a timeout (`crate::sem::sleep_watch`). Woken again
+            // now, which is harmless, and counted only if every wake-up owed
+            // to the slot was made and yet its sleeper still slept: a
+            // wake-up takes a sleeper off the futex's queue at once, whether
+            // or not it has run since, and none can queue again on a status
+            // that says READY. Acquire pairs with the release decrement in
+            // `share.rs` (`made`): a 0 read here comes after those wake-ups,
+            // which is why it is read before this one. Under the lock, so
+            // that the slot cannot pass to a new sleeper, whose sleep this
+            // wake-up would find.
+            let due = self
+                .map
+                .word(layout.sleeper(slot, sleeper::WAKES_DUE))
+                .load(Ordering::Acquire);
+            let found = wake_shared(status, 1);
+            Counters::add(&self.map.counters.outside.wake_calls, 1);
+            if due == 0 && found > 0 {
                 swept += 1;
             }
-            self.woken.push(slot);
         }
         if swept > 0 {
             bump(self.map, header::SWEPT, swept as u32);
@@ -704,10 +725,7 @@ impl Drop for Locked<'_> {
         // release (Spraul, 2010); a wake-up of a reused slot is spurious and
         // its sleeper re-checks.
         for &slot in &self.woken {
-            // Pairs with the acquire load in the sleeper's wait (`set.rs`).
-            self.map
-                .word(layout.sleeper(slot, sleeper::STATUS))
-                .store(READY, Ordering::Release);
+            publish(self.map, slot);
         }
         // Counted under the lock: only its holder writes these.
         let counters = &self.map.counters;
@@ -756,6 +774,22 @@ impl Place {
     pub(super) fn after(slot: Option<usize>) -> Place {
         slot.map_or(Place::Head, Place::After)
     }
+}
+
+/// Publishes the result committed in sleeper slot `slot`, owing its
+/// sleeper a wake-up ([`sleeper::WAKES_DUE`]); under the lock.
+pub(super) fn publish(map: &Mapping, slot: usize) {
+    let layout = map.layout;
+    // Owed before the result shows: a process that dies between the two
+    // leaves the slot owed, and the sweep uncounted, rather than a result
+    // the sweep takes for a wake-up lost. Relaxed: the lock orders it before
+    // the sweep's look, and the mark or the poster's own program order
+    // before the wake-up's decrement.
+    map.word(layout.sleeper(slot, sleeper::WAKES_DUE))
+        .fetch_add(1, Ordering::Relaxed);
+    // Pairs with the acquire load in the sleeper's wait (`set.rs`).
+    map.word(layout.sleeper(slot, sleeper::STATUS))
+        .store(READY, Ordering::Release);
 }
 
 /// Whether `period` has passed since the set's last [`Locked::sweep`].

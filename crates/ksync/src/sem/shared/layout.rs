@@ -131,6 +131,16 @@ pub(super) mod sleeper {
     /// tells a poster whose wake-ups its helpers there can make
     /// (`share.rs`); a hint, never trusted for anything else.
     pub(crate) const CPU: usize = 6;
+    /// Wake-ups owed for results published in this slot and not made yet:
+    /// one more as each result is published, under the lock, and one fewer
+    /// from whoever made that wake-up, after it (`share.rs`), by then
+    /// perhaps for a later sleeper of the slot. So it counts over every
+    /// sleeper the slot held and is never reset: 0 means every result ever
+    /// published here was followed by its wake-up. Only the sweep reads it,
+    /// to tell a wake-up lost from one still on its way (`Locked::sweep`); a
+    /// process that died owing one leaves it above 0, which only keeps the
+    /// sweep from counting what it wakes here.
+    pub(crate) const WAKES_DUE: usize = 7;
     /// Operations follow, two words each: `num | (op as u16) << 16`, flags.
     pub(crate) const OPS: usize = 8;
 }

@@ -10,7 +10,7 @@ use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
 use super::engine::{sweep_due, touch_otime, Locked};
 use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
-    header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, READY, REMOVED,
+    header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, NSLEEP, READY, REMOVED,
     SLEEPER_FREE, SLOT_LIVE, VERSION, WAITING,
 };
 use super::map::{identity, Mapping};
@@ -164,8 +164,16 @@ pub struct RecoveryStats {
     pub reaped: u32,
     /// Sleepers the periodic sweep (every 100 ms) completed or woke because
     /// no waker had: a waker died half way, or, with every process alive, a
-    /// wake-up was lost. 0 in a healthy set whose processes all live.
+    /// wake-up was lost (a sleeper the sweep found asleep on its result
+    /// after every wake-up owed to it was made counts too). 0 in a healthy
+    /// set whose processes all live.
     pub swept: u32,
+    /// Wake-ups owed to sleepers whose results were published, and not
+    /// made yet (wrapping). 0 whenever no waker is between publishing a
+    /// result and waking its sleeper, unless a process died there; with
+    /// every process alive and none of them in a call, anything else is a
+    /// wake-up a waker forgot.
+    pub wakes_owed: u32,
 }
 
 /// A process with undo adjustments in a set ([`SharedSemSet::undo_holders`]).
@@ -1074,13 +1082,20 @@ impl SharedSemSet {
         })
     }
 
-    /// How often the set recovered from processes that died in it.
+    /// How often the set recovered from processes that died in it, and the
+    /// wake-ups its wakers still owe.
     pub fn recovery_stats(&self) -> RecoveryStats {
         RecoveryStats {
             takeovers: self.map.load(header::TAKEOVERS),
             rollbacks: self.map.load(header::ROLLBACKS),
             reaped: self.map.load(header::REAPED),
             swept: self.map.load(header::SWEPT),
+            wakes_owed: (0..NSLEEP).fold(0u32, |owed, slot| {
+                owed.wrapping_add(
+                    self.map
+                        .load(self.map.layout.sleeper(slot, sleeper::WAKES_DUE)),
+                )
+            }),
         }
     }
 
@@ -1446,15 +1461,18 @@ pub(super) mod tests {
     /// between the two (or a helper killed after claiming their wake-ups)
     /// leaves them; returns how many.
     fn complete_without_waking(set: &SharedSemSet, value: i32) -> usize {
+        complete_without_waking_any(set, value).len()
+    }
+
+    /// [`complete_without_waking`]; returns the sleepers' slots.
+    fn complete_without_waking_any(set: &SharedSemSet, value: i32) -> Vec<usize> {
         let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
         held.set_values(&[(0, value)]);
         let lost = std::mem::take(&mut held.woken);
         for &slot in &lost {
-            set.map
-                .word(set.map.layout.sleeper(slot, sleeper::STATUS))
-                .store(READY, Ordering::Release);
+            super::super::engine::publish(&set.map, slot);
         }
-        lost.len()
+        lost
     }
 
     /// Joins `sleepers`, each successful, failing after a bound only a
@@ -1516,6 +1534,83 @@ pub(super) mod tests {
         join_unless_asleep(sleepers);
         assert_eq!(set.get_value(0), Ok(0));
         set.remove().unwrap();
+    }
+
+    /// Whether thread `tid` of this process is asleep in a futex wait.
+    fn in_futex_wait(tid: libc::pid_t) -> bool {
+        let read = |what| std::fs::read_to_string(format!("/proc/self/task/{tid}/{what}"));
+        let asleep = read("stat").is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+        });
+        let call = read("syscall").ok().and_then(|call| {
+            call.split_whitespace()
+                .next()
+                .and_then(|nr| nr.parse::<libc::c_long>().ok())
+        });
+        asleep && call == Some(libc::SYS_futex)
+    }
+
+    /// A sleeper on a decrement of semaphore 0, asleep in the kernel
+    /// without a timeout (the process's watch is a phantom that never
+    /// sleeps), is completed and its result published; `made`: the wake-up
+    /// it is owed counts as made, as after a wake-up that went astray.
+    /// Then a sweep: returns what it counted, once the sleeper is back.
+    fn sweep_a_sleeper_published_unwoken(made: bool) -> u32 {
+        let scratch = Scratch::new(1);
+        let set = &crowded(&scratch);
+        const PHANTOM: usize = crate::sem::shared::NSLEEP - 1;
+        set.map.watch.enter();
+        assert_eq!(set.map.watch.nap(PHANTOM, untimed_crowd()), Nap::Watch);
+        let (id, parks) = (set.id(), set.counters().parks);
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let sleeper = {
+            let tid = Arc::clone(&tid);
+            std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tid.store(unsafe { libc::gettid() }, Ordering::SeqCst);
+                SharedSemSet::open_id(id)
+                    .unwrap()
+                    .semop(&[SemBuf::new(0, -1, 0)])
+            })
+        };
+        // Its park is counted just before its futex wait, its only sleep.
+        while set.counters().parks == parks || !in_futex_wait(tid.load(Ordering::SeqCst)) {
+            std::thread::yield_now();
+        }
+        let slots = complete_without_waking_any(set, 1);
+        assert_eq!(slots.len(), 1);
+        let due = set
+            .map
+            .word(set.map.layout.sleeper(slots[0], sleeper::WAKES_DUE));
+        if made {
+            due.fetch_sub(1, Ordering::Release);
+        }
+        Locked::enter(&set.map, set.me().unwrap())
+            .unwrap()
+            .sweep()
+            .unwrap();
+        join_unless_asleep(vec![sleeper]);
+        let stats = set.recovery_stats();
+        assert_eq!(stats.wakes_owed, u32::from(!made));
+        set.map.watch.leave(PHANTOM, || None, |_| ());
+        set.remove().unwrap();
+        stats.swept
+    }
+
+    /// A sleeper still asleep on its result after its wake-up was made
+    /// lost that wake-up: the sweep that wakes it counts it.
+    #[test]
+    fn a_sweep_counts_a_sleeper_asleep_after_its_wake_up_was_made() {
+        assert_eq!(sweep_a_sleeper_published_unwoken(true), 1);
+    }
+
+    /// A sleeper whose waker has yet to wake it (here: never will, as if it
+    /// died) is woken by the sweep, but not counted: a live waker may be on
+    /// its way.
+    #[test]
+    fn a_sweep_wakes_but_does_not_count_a_sleeper_whose_wake_up_is_owed() {
+        assert_eq!(sweep_a_sleeper_published_unwoken(false), 0);
     }
 
     /// A sleeper in a crowd whose wake-up is lost, while the process's

@@ -30,7 +30,7 @@ use super::layout::{sleeper, OWED_GROUPS};
 use super::map::Mapping;
 use crate::futex_batch::{sharing_mode, this_cpu, wake_all_in, Scope, SharingMode, UNKNOWN_CPU};
 use crate::sem::owed_wakes::{claim_any, mark, Mine};
-use crate::sync::AtomicU32;
+use crate::sync::{AtomicU32, Ordering};
 
 /// Fewest sleepers a post wakes before it leaves any to others: with fewer
 /// there is little to share, and one batched wake costs less than marks.
@@ -81,7 +81,12 @@ fn wake_as(map: &Mapping, woken: &[usize], mode: SharingMode, here: u32) -> usiz
         }
         // Marked before the first wake, so that the first sleepers woken
         // find them.
-        mine.push((g, mark(map.words(layout.owed(g)), slots.iter().copied())));
+        let marked = mark(map.words(layout.owed(g)), slots.iter().copied());
+        // A bit this mark found set stands for an earlier mark too, whose
+        // one claim and wake-up come after this result was published
+        // (`crate::sem::owed_wakes`): the wake-up owed for it will be made.
+        marked.for_each_merged(|slot| made(map, slot));
+        mine.push((g, marked));
     }
     let mut calls = wake_slots(map, &first);
     let mut batch = first;
@@ -188,7 +193,20 @@ fn wake_slots(map: &Mapping, slots: &[usize]) -> usize {
         .collect();
     // SAFETY: status words of our live mapping, which sleepers wait on
     // with shared futex waits (a reused or idle slot's wake is spurious).
-    unsafe { wake_all_in(Scope::Shared, &words) }
+    let calls = unsafe { wake_all_in(Scope::Shared, &words) };
+    for &slot in slots {
+        made(map, slot);
+    }
+    calls
+}
+
+/// Counts a wake-up owed to sleeper slot `slot` as made
+/// ([`sleeper::WAKES_DUE`]), once it was.
+fn made(map: &Mapping, slot: usize) {
+    // Release pairs with the acquire load in `Locked::sweep`: a sweep that
+    // reads what this leaves finds the wake-up made.
+    map.word(map.layout.sleeper(slot, sleeper::WAKES_DUE))
+        .fetch_sub(1, Ordering::Release);
 }
 
 #[cfg(test)]
