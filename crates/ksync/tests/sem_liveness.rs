@@ -26,11 +26,13 @@
 //! A shared set heals a lost wake-up itself within 100 ms (a timed sleeper
 //! of each process, its watch, sweeps the set for what dead processes
 //! left), too soon for these verdicts, so its run also fails if the sweep
-//! ever found work a waker should have done (`RecoveryStats::swept`). Its
-//! runs make every sleeper but the watch untimed, so that the verdicts run
-//! over the path most sleepers of a busy set take. (A result published but
-//! never woken is still woken by the next sweep, uncounted: the sweep
-//! cannot tell it from a sleeper on its way out.)
+//! ever found work a waker should have done (`RecoveryStats::swept`: a
+//! sleeper it could complete, a result not published, or a sleeper still
+//! asleep on its result after its wake-up was made), or if a wake-up is
+//! still owed once every thread is out of its calls
+//! (`RecoveryStats::wakes_owed`: one its waker forgot, which the sweep
+//! made for it). Its runs make every sleeper but the watch untimed, so
+//! that the verdicts run over the path most sleepers of a busy set take.
 //!
 //! Each run goes once with every thread on one CPU (sleepers really sleep,
 //! and lock holders get preempted) and once on all CPUs, on a `SemSet` and
@@ -476,6 +478,10 @@ fn run_once<S: Set>(test: &str, set: S, run: Duration, one_cpu: bool, sharing: S
         swept, 0,
         "{test}: the sweep completed or woke {swept} sleepers that their wakers had not"
     );
+    // The workers have returned and the controller's calls with them: no
+    // waker is between a publication and its wake-up.
+    let owed = shared.set.wakes_owed();
+    assert_eq!(owed, 0, "{test}: {owed} wake-ups forgotten by their wakers");
 }
 
 fn new_set() -> SemSet {

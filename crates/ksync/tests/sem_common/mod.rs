@@ -398,6 +398,12 @@ pub trait Sems: Sync {
     fn swept(&self) -> u32 {
         0
     }
+    /// Wake-ups a shared set's wakers owe and have not made
+    /// (`RecoveryStats::wakes_owed`): once every thread is out of its calls,
+    /// wake-ups forgotten. The other sets keep no count.
+    fn wakes_owed(&self) -> u32 {
+        0
+    }
 }
 
 fn e(err: SemError) -> i32 {
@@ -579,6 +585,9 @@ impl Sems for SharedSet {
     fn swept(&self) -> u32 {
         self.set.recovery_stats().swept
     }
+    fn wakes_owed(&self) -> u32 {
+        self.set.recovery_stats().wakes_owed
+    }
 }
 
 /// Shorthand for a sembuf.
@@ -692,6 +701,12 @@ macro_rules! on_both {
             // for a sweep's work, so it must have had none.
             let swept = $crate::sem_common::Sems::swept(&set);
             assert_eq!(swept, 0, "{}: the sweep did a waker's work", $test);
+            // A timed sleeper whose wake-up was forgotten returns at its
+            // next 100 ms timeout by itself, sweep or not; its waker's debt
+            // stays. Every thread of the scenario has returned, so no
+            // waker is between a publication and its wake-up.
+            let owed = $crate::sem_common::Sems::wakes_owed(&set);
+            assert_eq!(owed, 0, "{}: wake-ups forgotten", $test);
         }
         if $crate::sem_common::sysv_available($test) {
             eprintln!("{}: kernel side", $test);
