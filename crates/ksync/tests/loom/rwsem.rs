@@ -33,6 +33,7 @@ use ksync::rwsem::{RawRwSem, RawSpinRwSem};
 use lock_api::{RawRwLock, RawRwLockDowngrade, RawRwLockTimed};
 use loom::sync::Arc;
 use loom::thread;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub(crate) trait Sem:
@@ -90,7 +91,9 @@ impl<R: Sem> Shared<R> {
         unsafe { self.lock.unlock_shared(shared) };
     }
 
-    /// A timed read attempt (times out at once under loom if it would sleep).
+    /// A timed read attempt; whether it got the lock. Under loom one that
+    /// sleeps gives up once the other threads have taken a step, unless a
+    /// wake chose it.
     fn timed_read(&self) -> bool {
         match self.lock.try_lock_shared_for(Duration::from_secs(1)) {
             Some(guard) => {
@@ -103,7 +106,7 @@ impl<R: Sem> Shared<R> {
         }
     }
 
-    /// A timed write attempt.
+    /// A timed write attempt; whether it got the lock.
     fn timed_write(&self) -> bool {
         match self.lock.try_lock_exclusive_for(Duration::from_secs(1)) {
             Some(guard) => {
@@ -133,7 +136,10 @@ impl<R: Sem> Shared<R> {
     }
 }
 
-fn spawn<R: Sem>(shared: &Arc<Shared<R>>, f: fn(&Shared<R>)) -> thread::JoinHandle<()> {
+fn spawn<R: Sem, T: Send + 'static>(
+    shared: &Arc<Shared<R>>,
+    f: fn(&Shared<R>) -> T,
+) -> thread::JoinHandle<T> {
     let shared = Arc::clone(shared);
     thread::spawn(move || f(&shared))
 }
@@ -148,6 +154,24 @@ fn bounded(model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
     builder.check(model);
+}
+
+/// Runs `model`, which returns whether its timed waiter gave up, with
+/// `run`, and fails unless some explored execution gave up: the give-up
+/// models pass just as well if their waiter is always served in time, and
+/// then they check nothing of the give-up they are named after.
+fn gives_up(run: impl FnOnce(Box<dyn Fn() + Sync + Send>), model: fn() -> bool) {
+    let gave_up = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&gave_up);
+    run(Box::new(move || {
+        if model() {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
+    assert!(
+        gave_up.load(Ordering::Relaxed) > 0,
+        "no explored execution had the timed waiter give up"
+    );
 }
 
 // ----- the models, generic over the design -----
@@ -179,25 +203,22 @@ fn downgrade_beside_reader<R: Sem>() {
     assert_eq!(shared.assert_clean(), 1);
 }
 
-fn timed_reader_gives_up<R: Sem>() {
+fn timed_reader_gives_up<R: Sem>() -> bool {
     let shared = Shared::<R>::with_new_lock();
-    let timed = spawn(&shared, |s| {
-        s.timed_read();
-    });
+    let timed = spawn(&shared, |s| s.timed_read());
     shared.write();
-    timed.join().unwrap();
+    let read = timed.join().unwrap();
     assert_eq!(shared.assert_clean(), 1);
+    !read
 }
 
-fn timed_writer_gives_up<R: Sem>() {
+fn timed_writer_gives_up<R: Sem>() -> bool {
     let shared = Shared::<R>::with_new_lock();
-    let timed = {
-        let shared = Arc::clone(&shared);
-        thread::spawn(move || shared.timed_write())
-    };
+    let timed = spawn(&shared, |s| s.timed_write());
     shared.read();
     let wrote = timed.join().unwrap();
     assert_eq!(shared.assert_clean(), u32::from(wrote));
+    !wrote
 }
 
 fn two_readers_one_writer<R: Sem>() {
@@ -239,27 +260,23 @@ fn downgrade_with_reader_and_writer<R: Sem>() {
 
 /// A timed reader gives up between a writer and a reader: the waiters around
 /// it must still be served and the flags fixed.
-fn timed_reader_between_waiters<R: Sem>() {
+fn timed_reader_between_waiters<R: Sem>() -> bool {
     let shared = Shared::<R>::with_new_lock();
-    let timed = spawn(&shared, |s| {
-        s.timed_read();
-    });
+    let timed = spawn(&shared, |s| s.timed_read());
     let reader = spawn(&shared, |s| {
         s.read();
     });
     shared.write();
-    timed.join().unwrap();
+    let read = timed.join().unwrap();
     reader.join().unwrap();
     assert_eq!(shared.assert_clean(), 1);
+    !read
 }
 
 /// A timed writer gives up while a writer and a reader contend.
-fn timed_writer_between_waiters<R: Sem>() {
+fn timed_writer_between_waiters<R: Sem>() -> bool {
     let shared = Shared::<R>::with_new_lock();
-    let timed = {
-        let shared = Arc::clone(&shared);
-        thread::spawn(move || shared.timed_write())
-    };
+    let timed = spawn(&shared, |s| s.timed_write());
     let reader = spawn(&shared, |s| {
         s.read();
     });
@@ -267,6 +284,7 @@ fn timed_writer_between_waiters<R: Sem>() {
     let wrote = timed.join().unwrap();
     reader.join().unwrap();
     assert_eq!(shared.assert_clean(), 1 + u32::from(wrote));
+    !wrote
 }
 
 /// Two operations per thread, so the second ones meet whatever flags and
@@ -338,16 +356,13 @@ fn readers_drain_to_writer<R: Sem>() {
 }
 
 /// The main thread holds the write lock; a timed writer queues (and, under
-/// loom, gives up at once) while a reader waits too. Whether the timed writer
-/// leaves first in the queue or behind the reader, the reader must be served
-/// and the flags fixed.
-fn timed_waiter_leaves_while_held<R: Sem>() {
+/// loom, may give up before the release reaches it) while a reader waits
+/// too. Whether the timed writer leaves first in the queue or behind the
+/// reader, the reader must be served and the flags fixed.
+fn timed_waiter_leaves_while_held<R: Sem>() -> bool {
     let shared = Shared::<R>::with_new_lock();
     let guard = shared.lock.lock_exclusive();
-    let timed = {
-        let shared = Arc::clone(&shared);
-        thread::spawn(move || shared.timed_write())
-    };
+    let timed = spawn(&shared, |s| s.timed_write());
     let reader = spawn(&shared, |s| {
         s.read();
     });
@@ -356,6 +371,7 @@ fn timed_waiter_leaves_while_held<R: Sem>() {
     let wrote = timed.join().unwrap();
     reader.join().unwrap();
     assert_eq!(shared.assert_clean(), u32::from(wrote));
+    !wrote
 }
 
 /// The main thread holds the write lock while a reader and a writer queue,
@@ -495,12 +511,12 @@ macro_rules! models {
 
             #[test]
             fn timed_reader_gives_up() {
-                loom::model(super::timed_reader_gives_up::<$raw>);
+                gives_up(full, super::timed_reader_gives_up::<$raw>);
             }
 
             #[test]
             fn timed_writer_gives_up() {
-                loom::model(super::timed_writer_gives_up::<$raw>);
+                gives_up(full, super::timed_writer_gives_up::<$raw>);
             }
 
             #[test]
@@ -525,7 +541,7 @@ macro_rules! models {
 
             #[test]
             fn timed_waiter_leaves_while_held() {
-                $held(super::timed_waiter_leaves_while_held::<$raw>);
+                gives_up($held, super::timed_waiter_leaves_while_held::<$raw>);
             }
 
             #[test]
@@ -550,12 +566,12 @@ macro_rules! models {
 
             #[test]
             fn timed_reader_between_waiters() {
-                $three(super::timed_reader_between_waiters::<$raw>);
+                gives_up($three, super::timed_reader_between_waiters::<$raw>);
             }
 
             #[test]
             fn timed_writer_between_waiters() {
-                $three(super::timed_writer_between_waiters::<$raw>);
+                gives_up($three, super::timed_writer_between_waiters::<$raw>);
             }
         }
     };
