@@ -97,6 +97,7 @@ fn a_post_of_two_shares_its_wake_ups_with_the_woken() {
 /// both, never neither.
 #[test]
 fn a_timeout_racing_a_post_settles_under_the_lock() {
+    static TIMED_OUT: AtomicUsize = AtomicUsize::new(0);
     model(|| {
         let set = Arc::new(SemSet::new(1).unwrap());
         let sleeper = {
@@ -108,11 +109,18 @@ fn a_timeout_racing_a_post_settles_under_the_lock() {
         let value = set.get_value(0).unwrap();
         match result {
             Ok(()) => assert_eq!(value, 0),
-            Err(SemError::Again) => assert_eq!(value, 1),
+            Err(SemError::Again) => {
+                assert_eq!(value, 1);
+                TIMED_OUT.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => panic!("unexpected {e:?}"),
         }
         assert_eq!(set.ncnt(0), Ok(0));
     });
+    assert!(
+        TIMED_OUT.load(Ordering::Relaxed) > 0,
+        "the model never reached a sleeper that timed out"
+    );
 }
 
 /// Removal wakes a sleeper with EIDRM, and a call after removal gets EIDRM.
