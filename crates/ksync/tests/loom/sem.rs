@@ -126,6 +126,7 @@ fn a_timeout_racing_a_post_settles_under_the_lock() {
 /// Removal wakes a sleeper with EIDRM, and a call after removal gets EIDRM.
 #[test]
 fn removal_wakes_the_sleeper_with_eidrm() {
+    static PARKED_AND_WOKEN: AtomicUsize = AtomicUsize::new(0);
     model(|| {
         let set = Arc::new(SemSet::new(1).unwrap());
         let sleeper = {
@@ -135,7 +136,14 @@ fn removal_wakes_the_sleeper_with_eidrm() {
         set.remove().unwrap();
         assert_eq!(sleeper.join().unwrap(), Err(SemError::Removed));
         assert_eq!(set.semop(&op(0, 1)), Err(SemError::Removed));
+        if set.counters().futex_wakes == 1 {
+            PARKED_AND_WOKEN.fetch_add(1, Ordering::Relaxed);
+        }
     });
+    assert!(
+        PARKED_AND_WOKEN.load(Ordering::Relaxed) > 0,
+        "the model never reached a parked sleeper woken by the removal"
+    );
 }
 
 /// A single operation in per-semaphore mode races a complex operation that
