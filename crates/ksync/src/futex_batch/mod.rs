@@ -164,6 +164,9 @@ pub use spread::{
     Board, Handle, SharingMode, Spread, UNKNOWN_CPU,
 };
 
+#[cfg(loom)]
+pub use spread::helpers_wake_calls;
+
 #[cfg(all(not(loom), target_os = "linux"))]
 pub use hash::note_sleeping_thread;
 

@@ -731,7 +731,10 @@ impl Handle {
             return 0;
         }
         // SAFETY: passed on from our caller.
-        unsafe { self.help_board() }
+        let calls = unsafe { self.help_board() };
+        #[cfg(loom)]
+        note_helpers_calls(calls);
+        calls
     }
 
     /// [`help`](Self::help) with a board. Out of line: the walk keeps a
@@ -1062,7 +1065,32 @@ pub fn help_open_board() -> usize {
         return 0;
     }
     // SAFETY: the words are futex keys (see `Spread::push`).
-    help_open_board_on(this_cpu(), |words| unsafe { super::wake_all(words) })
+    let calls = help_open_board_on(this_cpu(), |words| unsafe { super::wake_all(words) });
+    #[cfg(loom)]
+    note_helpers_calls(calls);
+    calls
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    /// [`helpers_wake_calls`]: per OS thread, which a test's model threads
+    /// share, so tests run side by side count apart.
+    static HELPERS_CALLS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+#[cfg(loom)]
+fn note_helpers_calls(calls: usize) {
+    HELPERS_CALLS.with(|c| c.set(c.get() + calls));
+}
+
+/// Under loom: the wake calls that woken sleepers have made for posts shared
+/// out to them ([`Handle::help`], [`help_open_board`]), in the calling test
+/// so far. A model of a user of [`Spread`] reads it to show that a post was
+/// shared out at all: what the woken wake, the poster would have woken
+/// anyway, so nothing else tells the two apart.
+#[cfg(loom)]
+pub fn helpers_wake_calls() -> usize {
+    HELPERS_CALLS.with(|c| c.get())
 }
 
 /// [`help_open_board`] for a sleeper on `cpu`, with `wake` for the futex

@@ -12,6 +12,7 @@
 //! chose it (`src/futex.rs`).
 
 use crate::exclusion::increments;
+use ksync::futex_batch::helpers_wake_calls;
 use ksync::sem::{RawSemLock, SemBuf, SemError, SemSet};
 use loom::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,7 +77,9 @@ fn a_posted_sleeper_returns_the_wakers_result() {
 /// `futex_batch/spread.rs` checks that each word is woken exactly once.)
 #[test]
 fn a_post_of_two_shares_its_wake_ups_with_the_woken() {
+    static A_SLEEPER_WOKE_ONE: AtomicUsize = AtomicUsize::new(0);
     model(|| {
+        let helped_before = helpers_wake_calls();
         let set = Arc::new(SemSet::new(1).unwrap());
         let sleepers: Vec<_> = (0..2)
             .map(|_| {
@@ -89,7 +92,14 @@ fn a_post_of_two_shares_its_wake_ups_with_the_woken() {
             assert_eq!(sleeper.join().unwrap(), Ok(()));
         }
         assert_eq!(set.get_value(0), Ok(0));
+        if helpers_wake_calls() > helped_before {
+            A_SLEEPER_WOKE_ONE.fetch_add(1, Ordering::Relaxed);
+        }
     });
+    assert!(
+        A_SLEEPER_WOKE_ONE.load(Ordering::Relaxed) > 0,
+        "the model never reached a woken sleeper waking the other"
+    );
 }
 
 /// A time-out racing a post: either the sleeper got the unit (success, value
