@@ -16,6 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::common::{quiet_deliberate_panics, Deliberate};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex as StdMutex;
 
 type Counter = CombiningMutex<UnsafeCell<usize>>;
@@ -126,16 +127,21 @@ fn combining_raw_lock_exclusion() {
 /// its owner, the runner carries on, and the lock stays usable.
 #[test]
 fn combining_panic_reaches_its_owner() {
+    static RUN_BY_ANOTHER: AtomicUsize = AtomicUsize::new(0);
     quiet_deliberate_panics();
     loom::model(|| {
         let m: Arc<Counter> = Arc::new(CombiningMutex::new(UnsafeCell::new(0)));
         let panicker = {
             let m = Arc::clone(&m);
             thread::spawn(move || {
+                let owner = thread::current().id();
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     m.with(|cell| {
                         // SAFETY: as in `bump`.
                         cell.with_mut(|v| unsafe { *v += 10 });
+                        if thread::current().id() != owner {
+                            RUN_BY_ANOTHER.fetch_add(1, Ordering::Relaxed);
+                        }
                         std::panic::panic_any(Deliberate(7));
                     })
                 }))
@@ -151,4 +157,8 @@ fn combining_panic_reaches_its_owner() {
         assert_eq!(bump(&m), 11);
         assert!(!m.is_locked());
     });
+    assert!(
+        RUN_BY_ANOTHER.load(Ordering::Relaxed) > 0,
+        "the model never reached the panicking closure run by another thread"
+    );
 }
