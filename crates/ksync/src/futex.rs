@@ -19,7 +19,9 @@
 //! protocol in which the wrong sleeper can take a wake-up meant for another
 //! deadlocks too. A timed wait in the model sleeps while the other threads
 //! take a step (loom has no clock), where a wake may choose it as any
-//! sleeper, then times out unless one did.
+//! sleeper, then times out unless one did. A wait without a deadline
+//! returns only when woken, unless the test allows spurious returns
+//! (`with_spurious_wakeups`, under loom only).
 
 #[cfg(not(loom))]
 use std::time::Instant;
@@ -193,27 +195,75 @@ pub(crate) unsafe fn wake_ptr(_word: *const AtomicU32, _count: u32) -> u32 {
 #[cfg(loom)]
 mod model {
     use crate::sync::{AtomicU32, Ordering};
-    use loom::sync::{Arc, Condvar, Mutex};
+    use core::cell::Cell;
+    use loom::sync::{Arc, Condvar, Mutex, Notify};
 
-    /// A sleeper: the address it sleeps on, and the condition variable its
-    /// waker signals.
+    /// What a sleeper's waker signals: a condition variable, or, while
+    /// spurious wake-ups are allowed, a loom `Notify`, whose wait loom lets
+    /// return once without a notification (and explores both).
+    enum Signal {
+        Condvar(Arc<Condvar>),
+        Notify(Arc<Notify>),
+    }
+
+    /// A sleeper: the address it sleeps on, and what its waker signals.
     struct Parked {
         addr: usize,
         id: u64,
-        wake: Arc<Condvar>,
+        wake: Signal,
     }
 
-    /// Every sleeper, in the order they went to sleep, and the ones a wake
-    /// chose that have not returned yet.
-    #[derive(Default)]
+    /// Every sleeper, in the order they went to sleep, the ones a wake
+    /// chose that have not returned yet, and the spurious returns this
+    /// execution may still make.
     struct Queue {
         next_id: u64,
         parked: Vec<Parked>,
         chosen: Vec<u64>,
+        spurious_left: u32,
+    }
+
+    std::thread_local! {
+        /// [`super::with_spurious_wakeups`]'s allowance, and the spurious
+        /// returns made. Per OS thread, which a test's model threads share,
+        /// so tests run side by side keep their own.
+        static SPURIOUS: Cell<u32> = const { Cell::new(0) };
+        static SPURRED: Cell<u64> = const { Cell::new(0) };
     }
 
     loom::lazy_static! {
-        static ref FUTEX: Mutex<Queue> = Mutex::new(Queue::default());
+        static ref FUTEX: Mutex<Queue> = Mutex::new(Queue {
+            next_id: 0,
+            parked: Vec::new(),
+            chosen: Vec::new(),
+            spurious_left: SPURIOUS.with(Cell::get),
+        });
+    }
+
+    pub(crate) fn with_spurious_wakeups<R>(per_execution: u32, f: impl FnOnce() -> R) -> (R, u64) {
+        /// Restores the allowance even if `f` panics: a test that fails
+        /// must not leave it to the next test on its OS thread.
+        struct Restore(u32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                SPURIOUS.with(|s| s.set(self.0));
+            }
+        }
+        let _restore = Restore(SPURIOUS.with(|s| s.replace(per_execution)));
+        let before = SPURRED.with(Cell::get);
+        let result = f();
+        (result, SPURRED.with(Cell::get) - before)
+    }
+
+    /// Takes the sleeper `id` off the chosen, if a wake chose it.
+    fn was_chosen(queue: &mut Queue, id: u64) -> bool {
+        match queue.chosen.iter().position(|&c| c == id) {
+            Some(at) => {
+                queue.chosen.swap_remove(at);
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn wait(word: &AtomicU32, expected: u32, timed: bool) -> super::Wake {
@@ -223,11 +273,41 @@ mod model {
         }
         let id = queue.next_id;
         queue.next_id += 1;
+        let addr = word as *const AtomicU32 as usize;
+        if !timed && queue.spurious_left > 0 {
+            let wake = Arc::new(Notify::new());
+            queue.parked.push(Parked {
+                addr,
+                id,
+                wake: Signal::Notify(Arc::clone(&wake)),
+            });
+            drop(queue);
+            loop {
+                // A waker that comes first leaves its notification with
+                // the `Notify`, so dropping the lock first loses none.
+                wake.wait();
+                let mut queue = FUTEX.lock().unwrap();
+                if was_chosen(&mut queue, id) {
+                    return super::Wake::Woken;
+                }
+                if queue.spurious_left > 0 {
+                    // Returns unwoken, as a kernel futex may: off the queue,
+                    // so that no later wake is spent on it.
+                    queue.spurious_left -= 1;
+                    queue.parked.retain(|p| p.id != id);
+                    SPURRED.with(|s| s.set(s.get() + 1));
+                    return super::Wake::Woken;
+                }
+                // Another sleeper spent the allowance first. This `Notify`
+                // has returned early once, which loom allows only once, so
+                // the next wait is for a wake.
+            }
+        }
         let wake = Arc::new(Condvar::new());
         queue.parked.push(Parked {
-            addr: word as *const AtomicU32 as usize,
+            addr,
             id,
-            wake: Arc::clone(&wake),
+            wake: Signal::Condvar(Arc::clone(&wake)),
         });
         if timed {
             // Asleep for a while loom cannot measure: queued, so that a wake
@@ -236,8 +316,7 @@ mod model {
             drop(queue);
             loom::thread::yield_now();
             let mut queue = FUTEX.lock().unwrap();
-            if let Some(at) = queue.chosen.iter().position(|&c| c == id) {
-                queue.chosen.swap_remove(at);
+            if was_chosen(&mut queue, id) {
                 return super::Wake::Woken;
             }
             queue.parked.retain(|p| p.id != id);
@@ -245,8 +324,7 @@ mod model {
         }
         loop {
             queue = wake.wait(queue).unwrap();
-            if let Some(at) = queue.chosen.iter().position(|&c| c == id) {
-                queue.chosen.swap_remove(at);
+            if was_chosen(&mut queue, id) {
                 return super::Wake::Woken;
             }
         }
@@ -263,11 +341,27 @@ mod model {
             };
             let parked = queue.parked.remove(at);
             queue.chosen.push(parked.id);
-            parked.wake.notify_one();
+            match parked.wake {
+                Signal::Condvar(condvar) => condvar.notify_one(),
+                Signal::Notify(notify) => notify.notify(),
+            }
             woken += 1;
         }
         woken
     }
+}
+
+/// Under loom: runs `f` (a test's `loom::model` or `check`) with a futex
+/// model that lets waits without a deadline return, unwoken, up to
+/// `per_execution` times in each execution it explores, at whichever waits
+/// loom picks; the native futex may return early too (a signal, a wake
+/// meant for an earlier user of the address), and every caller re-checks.
+/// Off by default: each wait it may pick doubles the schedules around it.
+/// Returns `f`'s result and the spurious returns made in all executions,
+/// for the test to show that its model had some.
+#[cfg(loom)]
+pub fn with_spurious_wakeups<R>(per_execution: u32, f: impl FnOnce() -> R) -> (R, u64) {
+    model::with_spurious_wakeups(per_execution, f)
 }
 
 /// Model of [`wait`] for loom; a deadline means "already expired".

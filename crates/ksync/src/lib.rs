@@ -50,8 +50,12 @@ pub mod relax;
 #[cfg(feature = "std")]
 pub(crate) mod prefetch;
 
-#[cfg(any(feature = "std", loom))]
+#[cfg(all(feature = "std", not(loom)))]
 pub(crate) mod futex;
+// Public under loom for `futex::with_spurious_wakeups` alone: its other
+// items stay the crate's.
+#[cfg(loom)]
+pub mod futex;
 #[cfg(any(feature = "std", loom))]
 pub mod futex_batch;
 
