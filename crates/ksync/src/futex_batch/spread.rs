@@ -2121,10 +2121,9 @@ mod tests {
         assert_eq!(expect, (MORE, 0), "the last segment ends at the capacity");
     }
 
-    #[test]
-    fn a_board_left_open_gives_each_returning_sleeper_one_chunk() {
-        const CPU: u32 = pretend_cpu(0);
-        let led = OPEN_AT + 2 * LOCAL_HELPER_CHUNK + 3;
+    /// A local post to pretend CPU `cpu` of its leader and the two before
+    /// it, then `led` words on the CPU's board, which it leaves open there.
+    fn post_left_open(cpu: u32, led: usize) -> (Vec<AtomicU32>, Spread, Vec<Handle>) {
         let words: Vec<AtomicU32> = (0..LEADER_AT as usize + led)
             .map(|_| AtomicU32::new(0))
             .collect();
@@ -2133,10 +2132,19 @@ mod tests {
         spread.me = 0;
         let handles: Vec<Handle> = words
             .iter()
-            .map(|w| deliver(&mut spread, w, CPU, true))
+            .map(|w| deliver(&mut spread, w, cpu, true))
             .collect();
-        let slot = open_slot(CPU).unwrap();
+        let slot = open_slot(cpu).unwrap();
         assert!(!slot.load(Ordering::Relaxed).is_null(), "left open");
+        (words, spread, handles)
+    }
+
+    #[test]
+    fn a_board_left_open_gives_each_returning_sleeper_one_chunk() {
+        const CPU: u32 = pretend_cpu(0);
+        let led = OPEN_AT + 2 * LOCAL_HELPER_CHUNK + 3;
+        let (words, mut spread, handles) = post_left_open(CPU, led);
+        let slot = open_slot(CPU).unwrap();
         let mut woken = vec![0; words.len()];
         let mut record = |ws: &[*const AtomicU32]| {
             ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
@@ -2159,18 +2167,8 @@ mod tests {
     #[test]
     fn a_sleeper_that_claims_a_left_open_boards_last_words_keeps_it_out_of_the_slot() {
         const CPU: u32 = pretend_cpu(1);
-        let words: Vec<AtomicU32> = (0..LEADER_AT as usize + OPEN_AT)
-            .map(|_| AtomicU32::new(0))
-            .collect();
-        let mut spread = spread(SharingMode::Local);
-        spread.open_at = OPEN_AT;
-        spread.me = 0;
-        let handles: Vec<Handle> = words
-            .iter()
-            .map(|w| deliver(&mut spread, w, CPU, true))
-            .collect();
+        let (words, mut spread, handles) = post_left_open(CPU, OPEN_AT);
         let slot = open_slot(CPU).unwrap();
-        assert!(!slot.load(Ordering::Relaxed).is_null(), "left open");
         let mut woken = vec![0; words.len()];
         let mut record = |ws: &[*const AtomicU32]| {
             ws.iter().for_each(|&w| woken[index(&words, w)] += 1);
