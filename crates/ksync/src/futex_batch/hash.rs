@@ -155,8 +155,8 @@ fn resize_while_needed(me: u32) {
 
 /// Grows the table for `threads` counted threads if it has fewer than
 /// [`SLOTS_PER_THREAD`] slots each, and sets the count at which to look
-/// again. Only the resizer thread calls it: the resize may wait for the
-/// kernel's grace periods.
+/// again. Only the resizer calls it, on a thread of its own unless none
+/// could be started: the resize may wait for the kernel's grace periods.
 fn grow(threads: usize) {
     #[cfg(test)]
     let _held_by_test = tests::RESIZE_GATE.lock().unwrap_or_else(|p| p.into_inner());
