@@ -406,12 +406,14 @@ impl<R: Default, const HOLD: u32> Default for Stat<R, HOLD> {
 
 impl<R, const HOLD: u32> fmt::Debug for Stat<R, HOLD> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Since the last reset, as a snapshot counts (without its clock).
+        let counts = self.counts().since(&self.cold.base.load());
         f.debug_struct("Stat")
             .field("hold_sampling", &HOLD)
-            .field("write_free", &self.write_free.load(Relaxed))
-            .field("write_contended", &self.cold.write.contended.load(Relaxed))
-            .field("read_free", &self.read_free.load(Relaxed))
-            .field("read_contended", &self.cold.read.contended.load(Relaxed))
+            .field("write_free", &counts.write.free)
+            .field("write_contended", &counts.write.contended)
+            .field("read_free", &counts.read.free)
+            .field("read_contended", &counts.read.contended)
             .finish_non_exhaustive()
     }
 }
