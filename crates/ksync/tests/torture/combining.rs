@@ -18,6 +18,8 @@ use crate::exclusion::{self, assert_excludes, hammer_with, Exclusive};
 struct Closures(CombiningMutex<()>);
 
 impl Exclusive for Closures {
+    const OWNER_FREED_AT_RETURN: bool = false;
+
     fn critical(&self, section: impl FnOnce() + Send) {
         self.0.with(|_| section());
     }
@@ -31,6 +33,8 @@ struct Mixed {
 }
 
 impl Exclusive for Mixed {
+    const OWNER_FREED_AT_RETURN: bool = false;
+
     fn critical(&self, section: impl FnOnce() + Send) {
         if self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
             let _guard = self.lock.lock();

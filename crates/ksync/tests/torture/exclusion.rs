@@ -9,6 +9,23 @@
 //!   pause, a relaxed store: no read-modify-write instruction), so two
 //!   threads inside at once lose increments and the total comes out short.
 //!
+//! Both only see a broken lock when threads actually meet at it, and left
+//! alone they rarely do in short runs: threads leave the start barrier one
+//! by one, each finishes a few dozen acquisitions within its time slice, and
+//! a run of 8 x 40 or 64 x 2 on two cores had no acquisition at all with a
+//! thread waiting. So every run forces the meeting: a holder stays inside
+//! (yielding its CPU) until another thread has come for the lock, unless no
+//! other thread has acquisitions left. Every handover then goes to a
+//! waiter, the path where queued locks break, and the run fails if fewer
+//! handovers than that had a waiter. (Not for a combining lock's closures:
+//! see [`Exclusive::OWNER_FREED_AT_RETURN`].)
+//!
+//! A FIFO spinlock hands over only to the one waiter at the head, and with
+//! more spinning waiters than cores that waiter is often not running: every
+//! handover costs scheduler time slices, more the longer the queue. The FIFO
+//! locks' runs ([`assert_excludes_fifo`]) therefore let at most
+//! [`FIFO_WAITERS`] threads wait at once; the rest yield until a place frees.
+//!
 //! The counter uses relaxed atomics rather than a plain `u64` so that a
 //! broken lock produces lost updates, not undefined behaviour; on x86 and Arm
 //! the loads and stores compile to the same plain moves.
@@ -21,7 +38,7 @@
 #![allow(dead_code)]
 
 use lock_api::{GuardSend, RawMutex};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -34,6 +51,9 @@ pub struct Report {
     pub counted: u64,
     /// Times a thread entered while another was inside.
     pub violations: u64,
+    /// Critical sections that ended with another thread waiting for the
+    /// lock: a handover to a waiter followed each.
+    pub contended: u64,
     pub elapsed: Duration,
 }
 
@@ -53,6 +73,11 @@ struct Shared<R> {
     inside: AtomicUsize,
     violations: AtomicU64,
     counter: AtomicU64,
+    /// Threads that have come for the lock and are not inside yet.
+    waiting: AtomicUsize,
+    /// Threads that have not finished their last acquisition.
+    unfinished: AtomicUsize,
+    contended: AtomicU64,
 }
 
 /// How long a torture run may take before the watchdog calls it stuck.
@@ -63,6 +88,13 @@ pub const WATCHDOG: Duration = Duration::from_secs(240);
 /// combining lock). The closure must be `Send`: a combining lock may run it
 /// on another thread.
 pub trait Exclusive: Send + Sync + 'static {
+    /// Whether a section's owner is free to come back for the lock as soon
+    /// as the section returns. A combining lock frees the owners of a batch
+    /// only after the whole batch: a section there must not wait for
+    /// another thread to come, which may be one its own batch still holds,
+    /// so such runs are not forced to hand over to a waiter.
+    const OWNER_FREED_AT_RETURN: bool = true;
+
     fn critical(&self, section: impl FnOnce() + Send);
 }
 
@@ -80,10 +112,26 @@ impl<R: RawMutex + Send + Sync + 'static> Exclusive for Raw<R> {
 
 /// A shared lock is the lock.
 impl<L: Exclusive> Exclusive for Arc<L> {
+    const OWNER_FREED_AT_RETURN: bool = L::OWNER_FREED_AT_RETURN;
+
     fn critical(&self, section: impl FnOnce() + Send) {
         (**self).critical(section)
     }
 }
+
+/// How many threads a FIFO lock's run lets wait at once: two, so that a
+/// queued lock sees a waiter behind the first one (the qspinlock's pending
+/// waiter and a queued one, an MCS head and its successor) while handovers
+/// stay cheap on two cores.
+pub const FIFO_WAITERS: usize = 2;
+
+/// The FIFO locks' (ticket, MCS, qspinlock) runs, as (threads,
+/// iterations): small, because every forced handover may cost time slices,
+/// and shown by `fifo_bug_is_caught_at_every_fifo_size` to catch a broken
+/// lock at each size.
+pub const FIFO_TWO: (usize, u64) = (2, 5_000);
+pub const FIFO_EIGHT: (usize, u64) = (8, 40);
+pub const FIFO_OVERSUBSCRIBED: (usize, u64) = (64, 2);
 
 /// Runs `threads` threads of `iters` acquisitions each on one `R`.
 ///
@@ -97,11 +145,26 @@ where
 
 /// [`hammer`] for any [`Exclusive`].
 pub fn hammer_with<L: Exclusive>(lock: L, threads: usize, iters: u64) -> Report {
+    hammer_waiting(lock, threads, iters, usize::MAX)
+}
+
+/// [`hammer_with`] with at most `max_waiting` threads waiting at once.
+pub fn hammer_waiting<L: Exclusive>(
+    lock: L,
+    threads: usize,
+    iters: u64,
+    max_waiting: usize,
+) -> Report {
+    assert!(max_waiting > 0);
+    let force_handovers = L::OWNER_FREED_AT_RETURN;
     let shared = Arc::new(Shared {
         lock,
         inside: AtomicUsize::new(0),
         violations: AtomicU64::new(0),
         counter: AtomicU64::new(0),
+        waiting: AtomicUsize::new(0),
+        unfinished: AtomicUsize::new(threads),
+        contended: AtomicU64::new(0),
     });
     let start_line = Arc::new(Barrier::new(threads + 1));
     let (done_tx, done_rx) = mpsc::channel();
@@ -115,7 +178,19 @@ pub fn hammer_with<L: Exclusive>(lock: L, threads: usize, iters: u64) -> Report 
                 start_line.wait();
                 for _ in 0..iters {
                     let inner = &*shared;
+                    // The pacing counters order nothing, they only need to
+                    // be seen eventually: relaxed throughout.
+                    while inner
+                        .waiting
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                            (w < max_waiting).then_some(w + 1)
+                        })
+                        .is_err()
+                    {
+                        std::thread::yield_now();
+                    }
                     shared.lock.critical(|| {
+                        inner.waiting.fetch_sub(1, Ordering::Relaxed);
                         if inner.inside.fetch_add(1, Ordering::Relaxed) != 0 {
                             inner.violations.fetch_add(1, Ordering::Relaxed);
                         }
@@ -124,10 +199,26 @@ pub fn hammer_with<L: Exclusive>(lock: L, threads: usize, iters: u64) -> Report 
                         for _ in 0..4 {
                             std::hint::spin_loop();
                         }
+                        // Hand over only to a waiter. Another thread with work
+                        // left is between acquisitions (it comes), waiting (done)
+                        // or, with a broken lock, inside: stop then, the
+                        // violation is counted and two holders must not wait
+                        // for each other.
+                        while force_handovers
+                            && inner.waiting.load(Ordering::Relaxed) == 0
+                            && inner.inside.load(Ordering::Relaxed) == 1
+                            && inner.unfinished.load(Ordering::Relaxed) > 1
+                        {
+                            std::thread::yield_now();
+                        }
+                        if inner.waiting.load(Ordering::Relaxed) > 0 {
+                            inner.contended.fetch_add(1, Ordering::Relaxed);
+                        }
                         inner.counter.store(seen + 1, Ordering::Relaxed);
                         inner.inside.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
+                shared.unfinished.fetch_sub(1, Ordering::Relaxed);
                 let _ = done_tx.send(t);
             })
             .expect("spawn torture thread");
@@ -146,13 +237,23 @@ pub fn hammer_with<L: Exclusive>(lock: L, threads: usize, iters: u64) -> Report 
             ),
         }
     }
-    Report {
+    let report = Report {
         threads,
         iters,
         counted: shared.counter.load(Ordering::Relaxed),
         violations: shared.violations.load(Ordering::Relaxed),
+        contended: shared.contended.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
+    };
+    // Only the last thread to finish may run alone. A broken lock can cut
+    // the holders' waits short, but it has failed the run already.
+    if force_handovers && report.is_exact() {
+        assert!(
+            report.contended >= report.expected() - iters,
+            "torture: the run forced too few handovers to a waiter to catch a broken lock: {report:?}"
+        );
     }
+    report
 }
 
 /// Runs [`hammer`] and fails the test unless the result is exact.
@@ -160,7 +261,22 @@ pub fn assert_excludes<R>(name: &str, lock: R, threads: usize, iters: u64)
 where
     R: RawMutex + Send + Sync + 'static,
 {
-    let report = hammer(lock, threads, iters);
+    assert_exact(name, hammer(lock, threads, iters));
+}
+
+/// [`assert_excludes`] for a FIFO lock: at most [`FIFO_WAITERS`] waiting.
+pub fn assert_excludes_fifo<R>(name: &str, lock: R, threads: usize, iters: u64)
+where
+    R: RawMutex + Send + Sync + 'static,
+{
+    assert_exact(
+        name,
+        hammer_waiting(Raw(lock), threads, iters, FIFO_WAITERS),
+    );
+}
+
+fn assert_exact(name: &str, report: Report) {
+    let threads = report.threads;
     assert!(
         report.is_exact(),
         "{name}: exclusion check failed with {threads} threads: counted {} of {}, {} violations",
@@ -206,6 +322,47 @@ unsafe impl RawMutex for BrokenLock {
 
     fn is_locked(&self) -> bool {
         self.held.load(Ordering::Relaxed)
+    }
+}
+
+/// A ticket lock with an off-by-one in its wait: a waiter enters when its
+/// ticket is the one after the owner's, so the holder's successor comes in
+/// while the holder is still inside. It is the handover bug of a FIFO lock,
+/// and unlike [`BrokenLock`]'s nanosecond race it shows whenever a handover
+/// has a waiter, which is what short FIFO runs must be shown to catch.
+pub struct OffByOneTicketLock {
+    next: AtomicU32,
+    owner: AtomicU32,
+}
+
+// SAFETY: it is NOT a correct mutex; see `BrokenLock`.
+unsafe impl RawMutex for OffByOneTicketLock {
+    const INIT: Self = OffByOneTicketLock {
+        next: AtomicU32::new(0),
+        owner: AtomicU32::new(0),
+    };
+    type Guard = GuardSend;
+
+    fn lock(&self) -> GuardSend {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        // Signed: with two inside, the owner can pass a preempted waiter's
+        // ticket, and that waiter must still come in rather than hang.
+        while ticket.wrapping_sub(self.owner.load(Ordering::Acquire)) as i32 > 1 {
+            std::hint::spin_loop();
+        }
+        GuardSend::new()
+    }
+
+    fn try_lock(&self) -> Option<GuardSend> {
+        Some(self.lock())
+    }
+
+    unsafe fn unlock(&self, _guard: GuardSend) {
+        self.owner.fetch_add(1, Ordering::Release);
+    }
+
+    fn is_locked(&self) -> bool {
+        self.next.load(Ordering::Relaxed) != self.owner.load(Ordering::Relaxed)
     }
 }
 

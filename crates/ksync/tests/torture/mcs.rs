@@ -4,12 +4,15 @@
 //! under contention; one thread holding many MCS locks at once, released in
 //! and out of order; forgotten guards and threads that exit holding a lock.
 
-use crate::exclusion::assert_excludes;
+use crate::exclusion::{
+    assert_excludes_fifo, hammer_waiting, Exclusive, FIFO_EIGHT, FIFO_OVERSUBSCRIBED, FIFO_TWO,
+    FIFO_WAITERS,
+};
 use crate::ticket::{panic_in_critical_section_releases, try_lock_under_contention};
 use ksync::spin::{McsLock, McsMutex, McsNode, RawMcsLock};
 use lock_api::RawMutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::cell::{Cell, RefCell};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
@@ -35,19 +38,23 @@ fn with_watchdog(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static)
 
 const WATCHDOG: Duration = Duration::from_secs(120);
 
+fn raw(size: (usize, u64)) {
+    assert_excludes_fifo("mcs/raw", RawMcsLock::INIT, size.0, size.1);
+}
+
 #[test]
 fn raw_two_threads() {
-    assert_excludes("mcs/raw", RawMcsLock::INIT, 2, 5_000);
+    raw(FIFO_TWO);
 }
 
 #[test]
 fn raw_eight_threads() {
-    assert_excludes("mcs/raw", RawMcsLock::INIT, 8, 40);
+    raw(FIFO_EIGHT);
 }
 
 #[test]
 fn raw_sixty_four_threads_oversubscribed() {
-    assert_excludes("mcs/raw", RawMcsLock::INIT, 64, 2);
+    raw(FIFO_OVERSUBSCRIBED);
 }
 
 #[test]
@@ -60,66 +67,57 @@ fn raw_panic_in_critical_section_releases() {
     panic_in_critical_section_releases(RawMcsLock::INIT);
 }
 
-/// `threads` threads, each with its own node, increment the lock's plain
-/// `u64` `iters` times (half of them through `try_with_node` retries); an
-/// occupancy counter catches two threads inside at once.
-fn hammer_caller_nodes(threads: usize, iters: u64) {
-    with_watchdog("mcs/caller-node", WATCHDOG, move || {
-        let lock = Arc::new(McsLock::new(0u64));
-        let inside = Arc::new(AtomicUsize::new(0));
-        let start = Arc::new(Barrier::new(threads));
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (lock, inside, start) = (lock.clone(), inside.clone(), start.clone());
-                thread::spawn(move || {
-                    let mut node = McsNode::new();
-                    let mut violations = 0u64;
-                    let mut critical = |count: &mut u64| {
-                        if inside.fetch_add(1, Ordering::Relaxed) != 0 {
-                            violations += 1;
-                        }
-                        let seen = *count;
-                        for _ in 0..4 {
-                            std::hint::spin_loop();
-                        }
-                        *count = seen + 1;
-                        inside.fetch_sub(1, Ordering::Relaxed);
-                    };
-                    start.wait();
-                    for i in 0..iters {
-                        if t % 2 == 1 && i % 2 == 0 {
-                            while lock.try_with_node(&mut node, &mut critical).is_none() {
-                                thread::yield_now();
-                            }
-                        } else {
-                            lock.with_node(&mut node, &mut critical);
-                        }
-                    }
-                    violations
-                })
-            })
-            .collect();
-        let violations: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-        assert_eq!(violations, 0, "threads met inside the lock");
-        assert!(!lock.is_locked());
-        let lock = Arc::try_unwrap(lock).unwrap();
-        assert_eq!(lock.into_inner(), threads as u64 * iters);
-    });
+/// The caller-owned node API under the exclusion check: each thread brings
+/// its own node, and every other acquisition goes through `try_with_node`
+/// retries.
+struct CallerNodes(McsLock);
+
+thread_local! {
+    static NODE: RefCell<McsNode> = const { RefCell::new(McsNode::new()) };
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Exclusive for CallerNodes {
+    fn critical(&self, section: impl FnOnce() + Send) {
+        NODE.with_borrow_mut(|node| {
+            let call = CALLS.get();
+            CALLS.set(call + 1);
+            if call % 2 == 1 {
+                let mut section = Some(section);
+                while self
+                    .0
+                    .try_with_node(node, |()| section.take().unwrap()())
+                    .is_none()
+                {
+                    thread::yield_now();
+                }
+            } else {
+                self.0.with_node(node, |()| section());
+            }
+        });
+    }
+}
+
+fn hammer_caller_nodes((threads, iters): (usize, u64)) {
+    let lock = Arc::new(CallerNodes(McsLock::new(())));
+    let report = hammer_waiting(Arc::clone(&lock), threads, iters, FIFO_WAITERS);
+    assert!(report.is_exact(), "mcs/caller-node: {report:?}");
+    assert!(!lock.0.is_locked());
 }
 
 #[test]
 fn caller_nodes_two_threads() {
-    hammer_caller_nodes(2, 5_000);
+    hammer_caller_nodes(FIFO_TWO);
 }
 
 #[test]
 fn caller_nodes_eight_threads() {
-    hammer_caller_nodes(8, 40);
+    hammer_caller_nodes(FIFO_EIGHT);
 }
 
 #[test]
 fn caller_nodes_sixty_four_threads_oversubscribed() {
-    hammer_caller_nodes(64, 2);
+    hammer_caller_nodes(FIFO_OVERSUBSCRIBED);
 }
 
 #[test]

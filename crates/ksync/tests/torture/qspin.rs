@@ -5,26 +5,28 @@
 //! The queue is FIFO, so whenever runnable threads outnumber cores (64
 //! threads on a small machine, or these tests running beside others) a
 //! preempted waiter stalls everyone behind it until the scheduler runs it
-//! again: the contended runs use few iterations.
+//! again: the contended runs are the short, forced ones of `exclusion`.
 
 use ksync::spin::RawQSpinLock;
 use lock_api::RawMutex;
 
-use crate::exclusion::{self, assert_excludes};
+use crate::exclusion::{self, assert_excludes_fifo, FIFO_EIGHT, FIFO_OVERSUBSCRIBED};
 
 #[test]
 fn two_threads() {
-    assert_excludes("RawQSpinLock", RawQSpinLock::INIT, 2, 20_000);
+    assert_excludes_fifo("RawQSpinLock", RawQSpinLock::INIT, 2, 20_000);
 }
 
 #[test]
 fn eight_threads() {
-    assert_excludes("RawQSpinLock", RawQSpinLock::INIT, 8, 200);
+    let (threads, iters) = FIFO_EIGHT;
+    assert_excludes_fifo("RawQSpinLock", RawQSpinLock::INIT, threads, iters);
 }
 
 #[test]
 fn sixty_four_threads_oversubscribed() {
-    assert_excludes("RawQSpinLock", RawQSpinLock::INIT, 64, 4);
+    let (threads, iters) = FIFO_OVERSUBSCRIBED;
+    assert_excludes_fifo("RawQSpinLock", RawQSpinLock::INIT, threads, iters);
 }
 
 #[test]

@@ -3,10 +3,11 @@
 //!
 //! 64 threads on a 2-core machine is the oversubscribed case: a FIFO lock
 //! hands over only when the one thread holding the next ticket is running, so
-//! each handover may wait for a scheduler time slice. The iteration counts
-//! keep every test within a few seconds there.
+//! each handover may wait for a scheduler time slice. The contended runs are
+//! the short, forced ones of `exclusion` ([`FIFO_EIGHT`],
+//! [`FIFO_OVERSUBSCRIBED`]).
 
-use crate::exclusion::{assert_excludes, hammer};
+use crate::exclusion::{assert_excludes_fifo, hammer, FIFO_EIGHT, FIFO_OVERSUBSCRIBED, FIFO_TWO};
 use ksync::spin::{
     AutoTunedBackoff, AutoTunedBackoffGuest, AutoTunedPerLock, AutoTunedPerLockGuest,
     DefaultDelayStorage, FixedBackoff, NoDelayStorage, RawTicketLock, Spin, TicketMutex, DELAY_ONE,
@@ -17,10 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::Duration;
-
-const ITERS_2: u64 = 5_000;
-const ITERS_8: u64 = 40;
-const ITERS_64: u64 = 2;
 
 /// With `lock` held by one thread and another queued behind it, `try_lock`
 /// fails from every thread; once both are done it succeeds. Then half of 4
@@ -157,31 +154,34 @@ macro_rules! ticket_flavour {
 
             #[test]
             fn two_threads() {
-                assert_excludes(
+                let (threads, iters) = FIFO_TWO;
+                assert_excludes_fifo(
                     concat!("ticket/", stringify!($name)),
                     Lock::INIT,
-                    2,
-                    ITERS_2,
+                    threads,
+                    iters,
                 );
             }
 
             #[test]
             fn eight_threads() {
-                assert_excludes(
+                let (threads, iters) = FIFO_EIGHT;
+                assert_excludes_fifo(
                     concat!("ticket/", stringify!($name)),
                     Lock::INIT,
-                    8,
-                    ITERS_8,
+                    threads,
+                    iters,
                 );
             }
 
             #[test]
             fn sixty_four_threads_oversubscribed() {
-                assert_excludes(
+                let (threads, iters) = FIFO_OVERSUBSCRIBED;
+                assert_excludes_fifo(
                     concat!("ticket/", stringify!($name)),
                     Lock::INIT,
-                    64,
-                    ITERS_64,
+                    threads,
+                    iters,
                 );
             }
 
