@@ -4,13 +4,20 @@
 //! SEM_UNDO semop in a context that lives to the end. `THREADS` threads
 //! (several times the core count, so sleepers really sleep and get
 //! preempted) each do `ROUNDS` rounds of {atomic multi-sop decrement of
-//! random amounts < start/2 on all 5 semaphores, then the matching
-//! increment}, all SEM_UNDO, each thread with its own `SemUndo`. At the end
-//! every value equals its start value and GETNCNT/GETZCNT are 0; dropping
-//! the contexts then leaves exactly the initial context's adjustment, whose
-//! drop takes every value back to 0. That checks the atomicity of multi-sop
-//! calls, the undo bookkeeping of sleepers completed by wakers, and (through
-//! the watchdog) that no wakeup is lost.
+//! amounts < start/2 on all 5 semaphores, then the matching increment}, all
+//! SEM_UNDO, each thread with its own `SemUndo`. The first [`LINKED`]
+//! semaphores are decremented by one amount per call, the others by their
+//! own random amounts. At the end every value equals its start value and
+//! GETNCNT/GETZCNT are 0; dropping the contexts then leaves exactly the
+//! initial context's adjustment, whose drop takes every value back to 0.
+//!
+//! While the workers run, a monitor takes GETALL snapshots: in every one the
+//! linked semaphores must lack the same amount from their start values, as
+//! a call that moved some of them without the others (or a GETALL that saw
+//! half a call) would break. The run must show sleepers in GETNCNT, and
+//! ksync's counters wake-ups and futex sleeps. That checks the atomicity of
+//! multi-sop calls, the undo bookkeeping of sleepers completed by wakers,
+//! and (through the watchdog) that no wakeup is lost.
 //!
 //! Variants: a thread drops its `SemUndo` midway with a decrement still
 //! outstanding (the drop must restore it); decrements as semtimedop with
@@ -46,6 +53,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const NSEMS: usize = 5;
+/// Semaphores `0..LINKED` move together: every call, undo and child
+/// changes them all by the same amount, an invariant the monitor checks.
+const LINKED: usize = 3;
 /// Defaults; `KSYNC_STRESS_THREADS` / `KSYNC_STRESS_ROUNDS` override them
 /// for a longer hunt.
 const THREADS: usize = 6;
@@ -76,11 +86,11 @@ enum Variant {
     DropMidway,
     /// Decrements use short timeouts and retry on EAGAIN.
     ShortTimeouts,
-    /// Even threads take one semaphore at a time (single-op calls on the
-    /// per-semaphore or lock-free fast path, with or without SEM_UNDO), odd
-    /// threads all five at once, and every
-    /// fourth round also waits briefly for a random semaphore to be zero:
-    /// the set keeps switching between per-semaphore and global mode.
+    /// Even threads take one of the semaphores past [`LINKED`] at a time
+    /// (single-op calls on the per-semaphore or lock-free fast path, with or
+    /// without SEM_UNDO), odd threads all five at once, and every fourth
+    /// round also waits briefly for a random semaphore to be zero: the set
+    /// keeps switching between per-semaphore and global mode.
     Mixed,
 }
 
@@ -97,17 +107,27 @@ fn worker<S: Sems>(
     go.wait();
     let mut timeouts = 0;
     let rounds = rounds();
+    let linked_start = start[..LINKED].iter().copied().min().unwrap();
     for round in 0..rounds {
+        let linked = 1 + rng.below(u64::from(linked_start) / 2 - 1) as i16;
         let amounts: Vec<i16> = start
             .iter()
-            .map(|&v| 1 + rng.below(u64::from(v) / 2 - 1) as i16)
+            .enumerate()
+            .map(|(i, &v)| {
+                if i < LINKED {
+                    linked
+                } else {
+                    1 + rng.below(u64::from(v) / 2 - 1) as i16
+                }
+            })
             .collect();
         let dec: Vec<SemBuf> = (0..NSEMS).map(|i| sb(i as u16, -amounts[i], U)).collect();
         let inc: Vec<SemBuf> = (0..NSEMS).map(|i| sb(i as u16, amounts[i], U)).collect();
         if variant == Variant::Mixed && id.is_multiple_of(2) {
             // Without SEM_UNDO half of the time: those single operations
-            // can take ksync's lock-free path.
-            let k = rng.below(NSEMS as u64) as usize;
+            // can take ksync's lock-free path. Only on the semaphores that
+            // are not linked, which single operations would unlink.
+            let k = LINKED + rng.below((NSEMS - LINKED) as u64) as usize;
             let flags = if rng.below(2) == 0 { U } else { 0 };
             let down = [sb(k as u16, -amounts[k], flags)];
             let up = [sb(k as u16, amounts[k], flags)];
@@ -152,6 +172,17 @@ fn worker<S: Sems>(
     timeouts
 }
 
+/// What the monitor saw of a run.
+#[derive(Debug, Default)]
+struct Watched {
+    snapshots: u64,
+    /// Snapshots taken with the linked semaphores below their start values.
+    mid_run: u64,
+    /// The first snapshot whose linked semaphores lacked different amounts.
+    unlinked: Option<Vec<u16>>,
+    most_sleepers: usize,
+}
+
 /// Runs the workload on `s`, which already holds the start values. Returns
 /// the total number of timed-out decrements.
 fn workload<S: Sems>(s: &S, start: &[u16], seed: u64, variant: Variant) -> usize {
@@ -170,30 +201,59 @@ fn workload<S: Sems>(s: &S, start: &[u16], seed: u64, variant: Variant) -> usize
                 })
             })
             .collect();
-        // Watch the wait queues while the workers run: how many sleepers
-        // were seen at once (printed, so a run that never contended shows).
         let running = &running;
         let monitor = sc.spawn(move || {
-            let mut max = 0;
+            let mut seen = Watched::default();
             while running.load(SeqCst) {
                 // An error means the set was removed (a failing run): stop.
                 let Ok(n) = (0..NSEMS).map(|i| s.ncnt(i)).sum::<Result<usize, _>>() else {
                     break;
                 };
-                max = max.max(n);
+                seen.most_sleepers = seen.most_sleepers.max(n);
+                let Ok(values) = s.all() else {
+                    break;
+                };
+                seen.snapshots += 1;
+                let lack = |i: usize| i32::from(start[i]) - i32::from(values[i]);
+                if lack(0) != 0 {
+                    seen.mid_run += 1;
+                }
+                if (1..LINKED).any(|i| lack(i) != lack(0)) && seen.unlinked.is_none() {
+                    seen.unlinked = Some(values);
+                }
                 thread::sleep(Duration::from_micros(100));
             }
-            max
+            seen
         });
         for h in hs {
             // Less than the watchdog, so a hang fails here, cleanly.
             sem_common::finish_within("stress worker", h, watchdog_limit() / 2);
         }
         running.store(false, SeqCst);
-        let max = sem_common::finish("monitor", monitor);
-        eprintln!("{}: at most {max} sleepers seen at once", S::NAME);
+        let seen = sem_common::finish("monitor", monitor);
+        eprintln!("{}: {seen:?}", S::NAME);
+        assert_eq!(
+            seen.unlinked,
+            None,
+            "{}: a snapshot caught the linked semaphores (start {start:?}) moved apart: a call or GETALL was not atomic",
+            S::NAME
+        );
+        assert!(
+            seen.mid_run > 0,
+            "{}: no snapshot caught the set mid-run: the atomicity check saw nothing",
+            S::NAME
+        );
+        assert!(
+            seen.most_sleepers > 0,
+            "{}: no sleeper was ever seen: the run never contended",
+            S::NAME
+        );
     });
-    timeouts.into_inner()
+    let timeouts = timeouts.into_inner();
+    if variant == Variant::ShortTimeouts {
+        assert!(timeouts > 0, "{}: no decrement ever timed out", S::NAME);
+    }
+    timeouts
 }
 
 /// 120 s for the default size, more for a scaled-up run.
@@ -231,9 +291,15 @@ fn run_ksync(test: &'static str, variant: Variant) {
         .collect();
     s.semop_undo(&sops, &init, None).unwrap();
     let timeouts = workload(&s, &start, rng.next(), variant);
-    eprintln!(
-        "{test}: start {start:?}, {timeouts} timed-out decrements, {:?}",
-        s.counters()
+    let counters = s.counters();
+    eprintln!("{test}: start {start:?}, {timeouts} timed-out decrements, {counters:?}");
+    assert!(
+        counters.parks > 0,
+        "{test}: no caller ever slept: {counters:?}"
+    );
+    assert!(
+        counters.wakeups > 0,
+        "{test}: no waker ever completed a sleeper: {counters:?}"
     );
     check_end(&s, &start);
     // Every worker context is gone and netted to zero; the initial one
@@ -263,8 +329,12 @@ fn run_kernel(test: &'static str, variant: Variant) {
         thread::scope(|sc| {
             let _rm = RmOnPanic(&k);
             let w = sc.spawn(|| workload(&k, &start, seed2, Variant::Plain));
+            let linked = start[..LINKED].iter().copied().min().unwrap() / 3;
             let dec: Vec<SemBuf> = (0..NSEMS)
-                .map(|i| sb(i as u16, -((start[i] / 3) as i16), U))
+                .map(|i| {
+                    let amount = if i < LINKED { linked } else { start[i] / 3 };
+                    sb(i as u16, -(amount as i16), U)
+                })
                 .collect();
             for _ in 0..3 {
                 let (child, r) = UndoChild::spawn(&k, &dec);
