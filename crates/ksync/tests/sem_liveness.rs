@@ -10,7 +10,10 @@
 //! complete others. A controller keeps changing the set beside them:
 //! non-blocking calls, SETVAL, SETALL with small values, and `SEM_UNDO`
 //! calls in a context it drops from time to time. At the end the set is
-//! removed, which must return every sleeper with `EIDRM`.
+//! removed, which must return every sleeper with `EIDRM`. No call may fail
+//! with `EIDRM` before that, nor with `ERANGE` unless the operations so far
+//! could have taken a value past `SEMVMX` or an adjustment past `SEMAEM`
+//! (they cannot, in the bounded runs).
 //!
 //! A watchdog thread takes a snapshot every few milliseconds: the call each
 //! worker is in (read before and after), the values (GETALL), GETNCNT and
@@ -49,7 +52,7 @@ mod sem_common;
 
 use common::PATIENCE;
 use ksync::futex_batch::SharingMode;
-use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
+use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMAEM, SEMVMX, SEM_UNDO};
 use libc::{EAGAIN, EIDRM, ERANGE};
 use sem_common::{first_allowed_cpu, pin, stress_seed, Rng, Sems, SharedSet};
 use std::fmt::Debug;
@@ -167,6 +170,19 @@ struct Shared<S> {
     calls_timed_out: AtomicU64,
     /// The controller's changes.
     changes: AtomicU64,
+    /// Set just before the test removes the set: only then may a call
+    /// fail with EIDRM.
+    removed: AtomicBool,
+    /// Per semaphore, bounds from every operation announced so far, before
+    /// its call: on how far the value can have risen above the at most 3
+    /// the controller sets (each increment, and each `SEM_UNDO` operation's
+    /// amount, which dropping its context may give back), and on how far
+    /// an undo adjustment can have strayed from 0 (each `SEM_UNDO`
+    /// operation's amount, summed over the process, whose adjustments a
+    /// shared set keeps together). A call may fail with ERANGE only once
+    /// one of them allows it.
+    rise: [AtomicU64; NSEMS],
+    undo_drift: [AtomicU64; NSEMS],
 }
 
 impl<S: Set> Shared<S> {
@@ -181,7 +197,49 @@ impl<S: Set> Shared<S> {
             calls_done: AtomicU64::new(0),
             calls_timed_out: AtomicU64::new(0),
             changes: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
+            rise: [const { AtomicU64::new(0) }; NSEMS],
+            undo_drift: [const { AtomicU64::new(0) }; NSEMS],
         }
+    }
+
+    fn remove(&self) {
+        // Release: a caller that sees the removal (through the set's locks)
+        // sees this too.
+        self.removed.store(true, Ordering::Release);
+        let _ = self.set.rm();
+    }
+
+    /// Counts `sops` into the ERANGE bounds; before the call.
+    fn announce(&self, sops: &[SemBuf]) {
+        for s in sops {
+            let num = usize::from(s.num);
+            let amount = u64::from(s.op.unsigned_abs());
+            if s.flags & SEM_UNDO != 0 {
+                self.undo_drift[num].fetch_add(amount, Ordering::Relaxed);
+                self.rise[num].fetch_add(amount, Ordering::Relaxed);
+            } else if s.op > 0 {
+                self.rise[num].fetch_add(amount, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether `sops`, announced, could have failed with ERANGE: some
+    /// increment could overflow its value, or some `SEM_UNDO` operation
+    /// push its adjustment out of range.
+    fn range_allows(&self, sops: &[SemBuf]) -> bool {
+        sops.iter().any(|s| {
+            let num = usize::from(s.num);
+            let highest = 3 + self.rise[num].load(Ordering::Relaxed);
+            let drift = self.undo_drift[num].load(Ordering::Relaxed);
+            (s.op > 0 && highest > SEMVMX as u64)
+                || (s.flags & SEM_UNDO != 0 && drift > SEMAEM as u64)
+        })
+    }
+
+    /// Whether an EIDRM is the test's own removal.
+    fn was_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     fn call_of(&self, w: usize) -> Option<Call> {
@@ -240,6 +298,7 @@ fn worker<S: Set>(shared: &Shared<S>, w: usize, mut rng: Rng, cpu: Option<usize>
             .percent(33)
             .then(|| Duration::from_micros(1 + rng.below(300)));
         seq += 1;
+        shared.announce(&sops);
         *shared.calls[w].lock().unwrap() = Some(Call {
             seq,
             sops: sops.clone(),
@@ -260,10 +319,11 @@ fn worker<S: Set>(shared: &Shared<S>, w: usize, mut rng: Rng, cpu: Option<usize>
             _ => {}
         }
         match result {
-            Ok(()) | Err(ERANGE) => {}
+            Ok(()) => {}
+            Err(ERANGE) if shared.range_allows(&sops) => {}
             Err(EAGAIN) if timeout.is_some() || nowait => {}
-            // The set went away (the end of the run, or the watchdog).
-            Err(EIDRM) => return,
+            // The test removed the set (the end of the run, or the watchdog).
+            Err(EIDRM) if shared.was_removed() => return,
             other => panic!("worker {w}: {sops:?} with timeout {timeout:?} returned {other:?}"),
         }
         if rng.percent(2) {
@@ -287,15 +347,19 @@ fn controller<S: Set>(shared: &Shared<S>, mut rng: Rng, run: Duration) {
                         SemBuf::new(num, rng.below(4) as i16 - 1, IPC_NOWAIT)
                     })
                     .collect();
-                shared.set.op(&sops, None)
+                shared.announce(&sops);
+                shared.set.op(&sops, None).map_err(|e| (e, sops))
             }
             4..=6 => {
                 let values: Vec<u16> = (0..NSEMS).map(|_| small(&mut rng)).collect();
-                shared.set.setall(&values)
+                shared.set.setall(&values).map_err(|e| (e, vec![]))
             }
             7..=8 => {
                 let num = rng.below(NSEMS as u64) as usize;
-                shared.set.setval(num, i32::from(small(&mut rng)))
+                shared
+                    .set
+                    .setval(num, i32::from(small(&mut rng)))
+                    .map_err(|e| (e, vec![]))
             }
             _ => {
                 if rng.percent(30) {
@@ -303,14 +367,19 @@ fn controller<S: Set>(shared: &Shared<S>, mut rng: Rng, run: Duration) {
                 }
                 let num = rng.below(NSEMS as u64) as u16;
                 let op = SemBuf::new(num, rng.below(3) as i16 - 1, SEM_UNDO | IPC_NOWAIT);
-                shared.set.op_undo(&[op], &undo, None)
+                shared.announce(&[op]);
+                shared
+                    .set
+                    .op_undo(&[op], &undo, None)
+                    .map_err(|e| (e, vec![op]))
             }
         };
         match result {
-            Ok(()) | Err(EAGAIN | ERANGE) => {}
+            Ok(()) | Err((EAGAIN, _)) => {}
+            Err((ERANGE, sops)) if shared.range_allows(&sops) => {}
             // The watchdog removed the set.
-            Err(EIDRM) => return,
-            Err(e) => panic!("controller: errno {e}"),
+            Err((EIDRM, _)) if shared.was_removed() => return,
+            Err((e, sops)) => panic!("controller: {sops:?} returned errno {e}"),
         }
         shared.changes.fetch_add(1, Ordering::Relaxed);
         thread::sleep(Duration::from_micros(rng.below(300)));
@@ -377,7 +446,7 @@ fn watchdog<S: Set>(shared: &Shared<S>, seed: u64, done: &AtomicBool) {
             *shared.failure.lock().unwrap() = Some(dump);
             shared.stop.store(true, Ordering::Relaxed);
             // Releases whoever can still be released, so the test can end.
-            let _ = shared.set.rm();
+            shared.remove();
             return;
         }
     }
@@ -427,7 +496,7 @@ fn run_once<S: Set>(test: &str, set: S, run: Duration, one_cpu: bool, sharing: S
     shared.stop.store(true, Ordering::Relaxed);
     // Removal returns every sleeper (EIDRM); the watchdog may have removed
     // the set already.
-    let _ = shared.set.rm();
+    shared.remove();
     let start = Instant::now();
     for (w, h) in workers.into_iter().enumerate() {
         while !h.is_finished() {
