@@ -31,10 +31,15 @@
 //! documented ksync result only: `SEM_UNDO` without an undo context
 //! (`Invalid`, after `TooBig`), SETALL with a slice of the wrong length.
 //!
+//! Every step also runs on a process-shared ksync set, whose results and
+//! state must equal the `SemSet`'s.
+//!
 //! Skips: if SysV IPC is unavailable (semget fails with ENOSYS, ENOSPC,
-//! EPERM or EACCES) the property tests print a loud banner to stderr and
-//! return without checking anything, and the hand-written cases check only
-//! their ksync half (against the expected values written in the test);
+//! EPERM or EACCES) the kernel is left out with a loud banner on stderr: the
+//! property tests still compare the shared set with the `SemSet` and check
+//! the ksync-only steps (their outcome coverage then counts ksync's
+//! results), and the hand-written cases check only their ksync halves
+//! (against the expected values written in the test);
 //! `KSYNC_REQUIRE_SYSV=1` makes any such skip a failure. Once the first
 //! kernel set was created, any later semget failure fails the test: a partial
 //! run never passes.
@@ -423,10 +428,18 @@ fn ksync_only(set: &SemSet, step: &Step) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
+/// Runs `steps` on a `SemSet`, a shared set and, with `with_kernel`, a
+/// kernel set. The kernel is the reference when present; without it the
+/// shared set is held to the `SemSet`.
+fn run_case(
+    n: usize,
+    steps: &[Step],
+    with_kernel: bool,
+    tally: &RefCell<Tally>,
+) -> Result<(), TestCaseError> {
     let set = SemSet::new(n).expect("SemSet::new");
     let shared = SharedSet::create(n);
-    let kernel = KernelSet::create(n);
+    let kernel = with_kernel.then(|| KernelSet::create(n));
     let undo = SemUndo::new();
     let pid = my_pid();
     let mut shadow = AdjShadow(vec![0; n]);
@@ -438,34 +451,45 @@ fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), Test
             _ => {
                 let ours = apply(&set, &undo, step);
                 let shared_result = apply(&shared, &undo, step);
-                let theirs = apply(&kernel, &undo, step);
+                let theirs = kernel.as_ref().map(|k| apply(k, &undo, step));
                 let values = before.values.clone().unwrap_or_default();
-                let kind = shadow.kind(step, &values, &theirs);
-                tally.borrow_mut().add(kind, &theirs);
-                prop_assert_eq!(
-                    &ours,
-                    &theirs,
-                    "step {} result differs (left ksync, right kernel): {:?}",
-                    i,
-                    step
-                );
+                let reference = theirs.as_ref().unwrap_or(&ours);
+                let kind = shadow.kind(step, &values, reference);
+                tally.borrow_mut().add(kind, reference);
+                if let Some(theirs) = &theirs {
+                    prop_assert_eq!(
+                        &ours,
+                        theirs,
+                        "step {} result differs (left ksync, right kernel): {:?}",
+                        i,
+                        step
+                    );
+                }
                 prop_assert_eq!(
                     &shared_result,
-                    &theirs,
-                    "step {} result differs (left ksync shared set, right kernel): {:?}",
+                    reference,
+                    "step {} result differs (left ksync shared set, right {}): {:?}",
                     i,
+                    if kernel.is_some() { "kernel" } else { "ksync" },
                     step
                 );
             }
         }
         let ours = snapshot(&set);
         let shared_after = snapshot(&shared);
-        let theirs = snapshot(&kernel);
-        for (name, side) in [("ksync", &ours), ("ksync shared set", &shared_after)] {
-            if let Some(diff) = snapshot_diff(side, &theirs) {
+        let theirs = kernel.as_ref().map(snapshot);
+        let sides: &[(&str, &Snapshot, &Snapshot)] = match &theirs {
+            Some(theirs) => &[
+                ("ksync vs kernel", &ours, theirs),
+                ("ksync shared set vs kernel", &shared_after, theirs),
+            ],
+            None => &[("ksync shared set vs ksync", &shared_after, &ours)],
+        };
+        for &(name, side, reference) in sides {
+            if let Some(diff) = snapshot_diff(side, reference) {
                 prop_assert!(
                     false,
-                    "state after step {} differs ({} vs kernel): {}\n  step: {:?}",
+                    "state after step {} differs ({}): {}\n  step: {:?}",
                     i,
                     name,
                     diff,
@@ -485,7 +509,8 @@ fn run_case(n: usize, steps: &[Step], tally: &RefCell<Tally>) -> Result<(), Test
     Ok(())
 }
 
-/// Outcome coverage of a property run: (step kind, kernel errno or 0, count).
+/// Outcome coverage of a property run: (step kind, the reference's errno or
+/// 0, count).
 #[derive(Default)]
 struct Tally(Vec<(&'static str, i32, u64)>);
 
@@ -511,9 +536,9 @@ impl Tally {
     }
 }
 
-/// The kernel's undo adjustments for the case's set, shadowed from the
-/// kernel's results, only to classify outcomes for the coverage tally (an
-/// ERANGE from an adjustment vs from a value).
+/// The reference's undo adjustments for the case's set, shadowed from its
+/// results, only to classify outcomes for the coverage tally (an ERANGE
+/// from an adjustment vs from a value).
 struct AdjShadow(Vec<i32>);
 
 impl AdjShadow {
@@ -559,15 +584,14 @@ impl AdjShadow {
     }
 }
 
-/// Runs the property; returns the outcome tally, or None when skipped.
+/// Runs the property, with the kernel if SysV IPC is available; returns the
+/// outcome tally.
 fn run_property(
     test: &str,
     cases: u32,
     strategy: impl Strategy<Value = (usize, Vec<Step>)>,
-) -> Option<Tally> {
-    if !sysv_available(test) {
-        return None;
-    }
+) -> Tally {
+    let with_kernel = sysv_available(test);
     let config = Config {
         cases,
         // Shrunk failures are printed; keep the source tree clean.
@@ -576,12 +600,22 @@ fn run_property(
     };
     let mut runner = TestRunner::new(config);
     let tally = RefCell::new(Tally::default());
-    if let Err(e) = runner.run(&strategy, |(n, steps)| run_case(n, &steps, &tally)) {
+    if let Err(e) = runner.run(&strategy, |(n, steps)| {
+        run_case(n, &steps, with_kernel, &tally)
+    }) {
         panic!("{test}: {e}");
     }
     let mut t = tally.into_inner();
     t.0.sort();
-    eprintln!("{test}: outcomes (kind, errno, count): {:?}", t.0);
+    eprintln!(
+        "{test}: outcomes (kind, errno, count){}: {:?}",
+        if with_kernel {
+            ""
+        } else {
+            " of ksync, no kernel"
+        },
+        t.0
+    );
     // The generators must reach every outcome class, or the comparison is
     // weaker than it looks (expected counts are in the hundreds; the undo
     // overflow in the tens). Not checked for tiny runs (PROPTEST_CASES < 64).
@@ -592,7 +626,7 @@ fn run_property(
             "{test}: no ({kind}, {errno}) outcome generated"
         );
     }
-    Some(t)
+    t
 }
 
 /// Outcome classes every property run must reach (see `run_property`).
@@ -638,9 +672,9 @@ fn differential_undo_and_limits() {
         cases_or(128),
         case_strategy(1..=3, 40, 25, 80, 20),
     );
-    if let Some(t) = tally.filter(|_| cases_or(128) >= 64) {
+    if cases_or(128) >= 64 {
         assert!(
-            t.count("op:range-undo", libc::ERANGE) > 0,
+            tally.count("op:range-undo", libc::ERANGE) > 0,
             "no undo-adjustment overflow generated"
         );
     }
