@@ -23,12 +23,14 @@
 //! **No sleeper waits for a resize.** The kernel makes `PR_FUTEX_HASH_SET_SLOTS`
 //! wait until no futex call still uses the old table, which takes one or two
 //! RCU grace periods: 15 to 48 ms on an idle 2-core guest, over 200 ms on a
-//! loaded one. A sleeper that resized in line missed every wake-up posted
-//! meanwhile, and every other sleeper that counted itself then queued behind
-//! it. So the sleeper that finds the table too small starts a short-lived
-//! thread, `ksync-futex-hash`, that resizes and exits; a sleeper that finds
-//! one running leaves the growth to it, and it looks at the count again
-//! before it exits. Where no thread can be started the sleeper resizes in
+//! loaded one. A sleeper that resized in line was late for every wake-up
+//! posted meanwhile, and every other sleeper that counted itself then queued behind
+//! it. So the sleeper whose count calls for a look looks (a `prctl` that
+//! does not wait) and, if the table is too small, starts a short-lived
+//! thread, `ksync-futex-hash`, that resizes and exits; a kernel without a
+//! private hash, or a table large enough, costs no thread. A sleeper that
+//! finds a resizer at work leaves the growth to it, and the resizer looks at
+//! the count again before it stops. Where no thread can be started the sleeper resizes in
 //! line. A fork child starts counting afresh.
 
 use core::cell::Cell;
@@ -83,7 +85,7 @@ pub fn note_sleeping_thread() {
     COUNTED.with(|c| c.set(true));
     watch_forks();
     // SeqCst, as the resizer's clearing of `RESIZER_OF` and its second look
-    // at the count (`resize_while_needed`): either this thread sees the
+    // at the count (`look_and_resize`): either this thread sees the
     // resizer still running, and the resizer then sees this count, or it
     // sees the resizer gone and starts another.
     let threads = THREADS.fetch_add(1, Ordering::SeqCst) + 1;
@@ -92,7 +94,8 @@ pub fn note_sleeping_thread() {
     }
 }
 
-/// Starts the resizer thread unless one of this process's is running.
+/// Looks at the table for the count, unless a resizer of this process is
+/// at it already (it will look again).
 #[cold]
 fn start_resizer() {
     let me = std::process::id();
@@ -102,17 +105,9 @@ fn start_resizer() {
             .compare_exchange(running, me, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
     {
-        return; // a resizer of this process runs and will look again
+        return;
     }
-    let started = std::thread::Builder::new()
-        .name("ksync-futex-hash".into())
-        .stack_size(RESIZER_STACK)
-        .spawn(move || resize_while_needed(me));
-    if started.is_err() {
-        // No thread to spare (a pids limit, say): resize here rather than
-        // never, and this sleeper waits for it, as every one did before.
-        resize_while_needed(me);
-    }
+    look_and_resize(me, false);
 }
 
 /// Registers, once, the fork handler that gives a child fresh counts.
@@ -136,11 +131,36 @@ extern "C" fn forget_counts_in_child() {
     RESIZER_OF.store(0, Ordering::Relaxed);
 }
 
-/// The resizer thread's body: resizes for the count until it no longer
-/// calls for more, then stops.
-fn resize_while_needed(me: u32) {
+/// The resizer's loop, run by the sleeper that claimed [`RESIZER_OF`]:
+/// looks at the table for the count (a `prctl` that does not wait) until
+/// the count calls for no more. A resize may wait for the kernel's grace
+/// periods, so it goes to a thread of its own (`ksync-futex-hash`, which
+/// takes the loop over), unless `on_own_thread` already, or none can be
+/// started (a pids limit, say: then this sleeper waits for it, as every one
+/// did before). A kernel without a private hash, or a table large enough,
+/// costs no thread.
+fn look_and_resize(me: u32, on_own_thread: bool) {
     loop {
-        grow(THREADS.load(Ordering::SeqCst));
+        match plan(THREADS.load(Ordering::SeqCst)) {
+            Plan::LookAgainAt(at) => GROW_AT.store(at, Ordering::Relaxed),
+            Plan::Resize(slots) => {
+                if !on_own_thread {
+                    let started = std::thread::Builder::new()
+                        .name("ksync-futex-hash".into())
+                        .stack_size(RESIZER_STACK)
+                        .spawn(move || {
+                            resize(slots);
+                            look_and_resize(me, true);
+                        });
+                    if started.is_ok() {
+                        #[cfg(test)]
+                        tests::RESIZER_THREADS.fetch_add(1, Ordering::SeqCst);
+                        return; // `RESIZER_OF` stays ours, the thread's now
+                    }
+                }
+                resize(slots);
+            }
+        }
         // Pairs with the SeqCst count and look in `note_sleeping_thread`.
         RESIZER_OF.store(0, Ordering::SeqCst);
         if THREADS.load(Ordering::SeqCst) < GROW_AT.load(Ordering::Relaxed)
@@ -153,29 +173,40 @@ fn resize_while_needed(me: u32) {
     }
 }
 
-/// Grows the table for `threads` counted threads if it has fewer than
-/// [`SLOTS_PER_THREAD`] slots each, and sets the count at which to look
-/// again. Only the resizer calls it, on a thread of its own unless none
-/// could be started: the resize may wait for the kernel's grace periods.
-fn grow(threads: usize) {
-    #[cfg(test)]
-    let _held_by_test = tests::RESIZE_GATE.lock().unwrap_or_else(|p| p.into_inner());
+/// What the table calls for, for a count of threads.
+enum Plan {
+    /// Nothing now; look again at this count.
+    LookAgainAt(usize),
+    /// A resize to this many slots.
+    Resize(usize),
+}
+
+/// What the table calls for with `threads` counted threads: a resize if it
+/// has fewer than [`SLOTS_PER_THREAD`] slots each.
+fn plan(threads: usize) -> Plan {
     let needed = threads.saturating_mul(SLOTS_PER_THREAD);
-    let next = match slots() {
+    match slots() {
         // No private hash (an older kernel), or the global one (0 slots).
-        None | Some(0) => NEVER,
-        Some(slots) if slots >= needed => look_again_at(slots),
-        Some(_) => {
-            let wanted = needed
+        None | Some(0) => Plan::LookAgainAt(NEVER),
+        Some(slots) if slots >= needed => Plan::LookAgainAt(look_again_at(slots)),
+        Some(_) => Plan::Resize(
+            needed
                 .saturating_mul(HEADROOM)
                 .min(MAX_SLOTS)
-                .next_power_of_two();
-            if set_slots(wanted) {
-                look_again_at(wanted)
-            } else {
-                NEVER
-            }
-        }
+                .next_power_of_two(),
+        ),
+    }
+}
+
+/// Resizes the table to `slots` and sets the count at which to look again
+/// (never, if the kernel refused). May wait for the kernel's grace periods.
+fn resize(slots: usize) {
+    #[cfg(test)]
+    let _held_by_test = tests::RESIZE_GATE.lock().unwrap_or_else(|p| p.into_inner());
+    let next = if set_slots(slots) {
+        look_again_at(slots)
+    } else {
+        NEVER
     };
     GROW_AT.store(next, Ordering::Relaxed);
 }
@@ -218,9 +249,11 @@ mod tests {
     use crate::test_common::wait_until;
     use std::sync::Mutex;
 
-    /// Held by a test to stand in for a resize that takes long: `grow`
+    /// Held by a test to stand in for a resize that takes long: `resize`
     /// takes it first.
     pub(super) static RESIZE_GATE: Mutex<()> = Mutex::new(());
+    /// Resizer threads started.
+    pub(super) static RESIZER_THREADS: AtomicUsize = AtomicUsize::new(0);
     /// One test at a time here: both look at the process-wide count.
     static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -276,6 +309,18 @@ mod tests {
         assert!(THREADS.load(Ordering::SeqCst) <= counted + 1);
     }
 
+    /// Only a resize costs a thread: a look that finds the table large
+    /// enough, or no private hash, is a `prctl` that does not wait.
+    #[test]
+    fn a_look_plans_a_resize_only_where_the_table_is_too_small() {
+        assert!(matches!(plan(0), Plan::LookAgainAt(_)));
+        match (slots(), plan(usize::MAX)) {
+            (None | Some(0), Plan::LookAgainAt(at)) => assert_eq!(at, NEVER),
+            (Some(_), Plan::Resize(slots)) => assert_eq!(slots, MAX_SLOTS),
+            (slots, _) => panic!("a wrong plan for {slots:?} slots"),
+        }
+    }
+
     /// A fork child's table starts at the kernel's default: a count
     /// inherited from its parent would hold its growth back, for good once
     /// the parent's had stopped looking.
@@ -315,7 +360,15 @@ mod tests {
         // takes until the gate opens. Every sleeper that counts itself
         // meanwhile, the one that calls for the resize included, must
         // go on to sleep.
+        let Some(slots) = slots().filter(|&s| s > 0) else {
+            eprintln!("SKIPPED: no private futex hash here, nothing to resize");
+            return;
+        };
         let gate = RESIZE_GATE.lock().unwrap();
+        // Enough threads counted that the table calls for a resize, and a
+        // look at the next count.
+        THREADS.fetch_add(slots, Ordering::SeqCst);
+        let started = RESIZER_THREADS.load(Ordering::SeqCst);
         GROW_AT.store(0, Ordering::Relaxed);
         let done = std::sync::Arc::new(AtomicUsize::new(0));
         let sleepers: Vec<_> = (0..4)
@@ -331,6 +384,11 @@ mod tests {
             done.load(Ordering::SeqCst) == 4
         });
         assert!(!resizer_idle(), "a resize was called for and is held");
+        assert_eq!(
+            RESIZER_THREADS.load(Ordering::SeqCst),
+            started + 1,
+            "one resizer thread"
+        );
         drop(gate);
         for s in sleepers {
             s.join().unwrap();
