@@ -45,20 +45,29 @@ fn place(slot: usize) -> (usize, u32) {
 
 /// Marks each slot of `slots` owed a wake in `bitmap`, one `fetch_or` per
 /// word they fall in, and returns them as the poster's own marks, to claim
-/// back. Call only after publishing each slot's result.
-pub(crate) fn mark(bitmap: &[AtomicU32], slots: impl IntoIterator<Item = usize>) -> Mine {
+/// back; calls `merged` with each slot whose bit it found set already (an
+/// earlier mark not claimed yet, which now stands for both). Call only
+/// after publishing each slot's result.
+pub(crate) fn mark(
+    bitmap: &[AtomicU32],
+    slots: impl IntoIterator<Item = usize>,
+    mut merged: impl FnMut(usize),
+) -> Mine {
     let mut masks = vec![0; bitmap.len()];
     for slot in slots {
         let (w, bit) = place(slot);
         masks[w] |= bit;
     }
-    let mut merged = vec![0; bitmap.len()];
-    for ((word, &bits), merged) in bitmap.iter().zip(&masks).zip(&mut merged) {
+    for (w, (word, &bits)) in bitmap.iter().zip(&masks).enumerate() {
         if bits != 0 {
-            *merged = word.fetch_or(bits, Ordering::Release) & bits;
+            let mut found = word.fetch_or(bits, Ordering::Release) & bits;
+            while found != 0 {
+                merged(w * BITS + found.trailing_zeros() as usize);
+                found &= found - 1;
+            }
         }
     }
-    Mine { masks, merged }
+    Mine { masks }
 }
 
 /// What one [`claim`] on a word found.
@@ -122,23 +131,9 @@ pub(crate) fn claim_any(bitmap: &[AtomicU32], max: usize, out: &mut Vec<usize>) 
 /// them back.
 pub(crate) struct Mine {
     masks: Vec<u32>,
-    /// Per word, the bits [`mark`] found set already.
-    merged: Vec<u32>,
 }
 
 impl Mine {
-    /// Calls `f` with each slot whose bit [`mark`] found set already: an
-    /// earlier mark not claimed yet, which now stands for both.
-    pub(crate) fn for_each_merged(&self, mut f: impl FnMut(usize)) {
-        for (w, &bits) in self.merged.iter().enumerate() {
-            let mut bits = bits;
-            while bits != 0 {
-                f(w * BITS + bits.trailing_zeros() as usize);
-                bits &= bits - 1;
-            }
-        }
-    }
-
     /// Claims up to `max` of its marks still unclaimed in `bitmap`, appends
     /// their slots to `out`, and returns how many. 0 once every mark is
     /// settled, claimed by this poster or by anybody else.
@@ -181,7 +176,7 @@ mod tests {
     #[test]
     fn marks_land_on_their_slots_bits() {
         let b = bitmap(3);
-        mark(&b, [0, 31, 32, 33, 95]);
+        mark(&b, [0, 31, 32, 33, 95], |_| ());
         let words: Vec<u32> = b.iter().map(|w| w.load(Ordering::Relaxed)).collect();
         assert_eq!(words, [1 | 1 << 31, 0b11, 1 << 31]);
     }
@@ -189,12 +184,12 @@ mod tests {
     #[test]
     fn a_mark_names_the_slots_an_earlier_mark_still_stands_for() {
         let b = bitmap(2);
-        mark(&b, [3, 40]);
+        mark(&b, [3, 40], |_| ());
         let mut merged = Vec::new();
-        mark(&b, [3, 4, 40, 41]).for_each_merged(|slot| merged.push(slot));
+        mark(&b, [3, 4, 40, 41], |slot| merged.push(slot));
         assert_eq!(merged, [3, 40]);
         let mut none = Vec::new();
-        mark(&bitmap(2), [3, 40]).for_each_merged(|slot| none.push(slot));
+        mark(&bitmap(2), [3, 40], |slot| none.push(slot));
         assert_eq!(none, Vec::<usize>::new());
     }
 
@@ -220,9 +215,9 @@ mod tests {
     fn a_poster_claims_back_only_its_own_marks_and_stops_when_all_are_settled() {
         let b = bitmap(2);
         let slots = [1, 5, 40, 41, 63];
-        let mut mine = mark(&b, slots);
+        let mut mine = mark(&b, slots, |_| ());
         // Somebody else's mark, which the poster leaves alone.
-        mark(&b, [7]);
+        mark(&b, [7], |_| ());
         // A helper claims two of them first.
         let mut helped = Vec::new();
         assert_eq!(claim_any(&b, 2, &mut helped), 2);
@@ -262,7 +257,7 @@ mod loom_models {
                 })
             };
             let slots = [3, 33, 34];
-            let mut mine = mark(&b, slots);
+            let mut mine = mark(&b, slots, |_| ());
             let mut got = Vec::new();
             while mine.claim(&b, 1, &mut got) > 0 {}
             got.extend(helper.join().unwrap());
@@ -282,7 +277,7 @@ mod loom_models {
                 let (result, b) = (Arc::clone(&result), Arc::clone(&b));
                 loom::thread::spawn(move || {
                     result.store(1, Ordering::Relaxed);
-                    mark(&b, [0]);
+                    mark(&b, [0], |_| ());
                 })
             };
             let mut got = Vec::new();

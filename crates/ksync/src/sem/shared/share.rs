@@ -81,11 +81,12 @@ fn wake_as(map: &Mapping, woken: &[usize], mode: SharingMode, here: u32) -> usiz
         }
         // Marked before the first wake, so that the first sleepers woken
         // find them.
-        let marked = mark(map.words(layout.owed(g)), slots.iter().copied());
-        // A bit this mark found set stands for an earlier mark too, whose
+        // A bit this mark finds set stands for an earlier mark too, whose
         // one claim and wake-up come after this result was published
         // (`crate::sem::owed_wakes`): the wake-up owed for it will be made.
-        marked.for_each_merged(|slot| made(map, slot));
+        let marked = mark(map.words(layout.owed(g)), slots.iter().copied(), |slot| {
+            made(map, slot)
+        });
         mine.push((g, marked));
     }
     let mut calls = wake_slots(map, &first);
@@ -285,8 +286,8 @@ mod tests {
     fn a_helper_drains_its_own_groups_marks_and_leaves_the_others() {
         let set = Scratch::new(1);
         let map = &set.0.map;
-        mark(map.words(map.layout.owed(1)), [4, 5, 6, 40, 1000]);
-        mark(map.words(map.layout.owed(2)), [8]);
+        mark(map.words(map.layout.owed(1)), [4, 5, 6, 40, 1000], |_| ());
+        mark(map.words(map.layout.owed(2)), [8], |_| ());
         assert!(help_as(map, SharingMode::Local, 1) > 0);
         assert_eq!(owed_anywhere(map), [8]);
         assert_eq!(help_as(map, SharingMode::Off, 2), 0);
