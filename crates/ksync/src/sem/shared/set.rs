@@ -1459,13 +1459,8 @@ pub(super) mod tests {
     /// Sets semaphore 0 to `value` and publishes the results of the
     /// sleepers that completes without waking them, as a waker killed
     /// between the two (or a helper killed after claiming their wake-ups)
-    /// leaves them; returns how many.
-    fn complete_without_waking(set: &SharedSemSet, value: i32) -> usize {
-        complete_without_waking_any(set, value).len()
-    }
-
-    /// [`complete_without_waking`]; returns the sleepers' slots.
-    fn complete_without_waking_any(set: &SharedSemSet, value: i32) -> Vec<usize> {
+    /// leaves them; returns their slots.
+    fn complete_without_waking(set: &SharedSemSet, value: i32) -> Vec<usize> {
         let mut held = Locked::enter(&set.map, set.me().unwrap()).unwrap();
         held.set_values(&[(0, value)]);
         let lost = std::mem::take(&mut held.woken);
@@ -1527,7 +1522,10 @@ pub(super) mod tests {
         if swept_just_before {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(complete_without_waking(set, SLEEPERS as i32), SLEEPERS);
+        assert_eq!(
+            complete_without_waking(set, SLEEPERS as i32).len(),
+            SLEEPERS
+        );
         if swept_just_before {
             swept(set, 0);
         }
@@ -1578,7 +1576,7 @@ pub(super) mod tests {
         while set.counters().parks == parks || !in_futex_wait(tid.load(Ordering::SeqCst)) {
             std::thread::yield_now();
         }
-        let slots = complete_without_waking_any(set, 1);
+        let slots = complete_without_waking(set, 1);
         assert_eq!(slots.len(), 1);
         let due = set
             .map
@@ -1625,7 +1623,7 @@ pub(super) mod tests {
         set.map.watch.enter();
         assert_eq!(set.map.watch.nap(PHANTOM, untimed_crowd()), Nap::Watch);
         let sleepers = asleep_on_0(set, 1);
-        assert_eq!(complete_without_waking(set, 1), 1);
+        assert_eq!(complete_without_waking(set, 1).len(), 1);
         swept(set, 1000);
         // Through the lock (two operations), on the other semaphore.
         set.semop(&[SemBuf::new(1, 1, 0), SemBuf::new(1, -1, 0)])
