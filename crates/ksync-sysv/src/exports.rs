@@ -39,8 +39,19 @@ fn active() -> &'static dyn Backend {
 /// the library, and unwinding into C frames is undefined behaviour: the call
 /// fails with `EINVAL` instead, the kernel's answer to a request it cannot
 /// make sense of.
+///
+/// A call that succeeds leaves `errno` as the caller had it, as the kernel's
+/// wrappers do: on the way to success the library makes system calls that
+/// may fail (an `open` that finds the file already there, a futex wait that
+/// finds its word already changed), and a program may store 0 in `errno`
+/// before a call whose result cannot tell failure apart and read it after.
 fn guarded(call: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
-    to_c(catch_unwind(AssertUnwindSafe(call)).unwrap_or(Err(Errno::EINVAL)))
+    let callers = Errno::last();
+    let result = catch_unwind(AssertUnwindSafe(call)).unwrap_or(Err(Errno::EINVAL));
+    if result.is_ok() {
+        callers.store();
+    }
+    to_c(result)
 }
 
 /// glibc's `int semget(key_t key, int nsems, int semflg)`.

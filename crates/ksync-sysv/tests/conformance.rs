@@ -223,6 +223,16 @@ fn semop_sleeping_eidrm_eintr_mutual_exclusion_and_thread_undo() {
     );
 }
 
+/// A successful call leaves `errno` as the program had it, on every path
+/// that makes system calls of its own (creating and finding sets, sleeping,
+/// timing, undo).
+#[test]
+fn errno_is_left_alone_on_success() {
+    let out = compare("errno_kept");
+    let kept = out.lines().filter(|l| l.ends_with(": errno kept")).count();
+    assert_eq!(kept, out.lines().count(), "{out}");
+}
+
 #[test]
 fn semctl_every_command() {
     let out = compare("semctl_cmds");
