@@ -304,6 +304,82 @@ fn child_role() {
             say(&format!("survived {byte}"));
             0
         }
+        // id: maps the set (which installs ksync's SIGBUS handler), then
+        // sends itself SIGBUS: no fault, and no handler of its own, so it
+        // must die of it.
+        "raised-sigbus" => {
+            // Rust's runtime has a SIGBUS handler of its own (for stack
+            // overflows) which swallows a sent SIGBUS; a C program has none.
+            // SAFETY: plain sigaction with SIG_DFL.
+            unsafe {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                assert_eq!(libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut()), 0);
+            }
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            assert_eq!(set.get_value(0), Ok(0));
+            say("raising");
+            // SAFETY: sends this thread a signal.
+            unsafe { libc::raise(libc::SIGBUS) };
+            say("survived");
+            0
+        }
+        // id: ignores SIGBUS, then maps the set (ksync's handler goes in
+        // front) and sends itself SIGBUS, which must stay ignored; then
+        // truncates the set's file, which ksync's handler must still turn
+        // into EINVAL.
+        "ignored-sigbus" => {
+            // SAFETY: plain sigaction with SIG_IGN.
+            unsafe {
+                let mut ign: libc::sigaction = std::mem::zeroed();
+                ign.sa_sigaction = libc::SIG_IGN;
+                assert_eq!(libc::sigaction(libc::SIGBUS, &ign, std::ptr::null_mut()), 0);
+            }
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            assert_eq!(set.get_value(0), Ok(0));
+            // SAFETY: sends this thread a signal.
+            unsafe { libc::raise(libc::SIGBUS) };
+            say("ignored");
+            let path = ksync::sem::shared::sem_dir().join(format!("sem.{}", set.id()));
+            // A sent signal whose address field points into the set's
+            // mapping (a process may queue itself any siginfo) is not a
+            // fault there: the set must not be poisoned.
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            let line = maps
+                .lines()
+                .find(|l| l.ends_with(path.to_str().unwrap()))
+                .expect("the set's mapping");
+            let start = usize::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
+            // SAFETY: a zeroed siginfo filled in as SI_QUEUE from this
+            // process, sent to this thread.
+            unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                info.si_signo = libc::SIGBUS;
+                info.si_code = libc::SI_QUEUE;
+                // si_pid and si_uid share their place with si_addr.
+                let fields = std::ptr::addr_of_mut!(info).cast::<u8>().add(16);
+                fields.cast::<usize>().write_unaligned(start);
+                let rc = libc::syscall(
+                    libc::SYS_rt_tgsigqueueinfo,
+                    libc::getpid(),
+                    libc::gettid(),
+                    libc::SIGBUS,
+                    &info,
+                );
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+            }
+            assert_eq!(set.get_value(0), Ok(0));
+            say("not poisoned");
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            let errno = set.get_value(0).err().map_or(0, |e| e.errno());
+            say(&format!("after truncation {errno}"));
+            0
+        }
         // side, id, nsems, seed, stop-id: the kill storm's worker, until the
         // stop set's semaphore 0 is non-zero.
         "worker" => {
@@ -1237,6 +1313,35 @@ fn a_sigbus_outside_any_set_still_kills() {
     kid.expect("touching");
     let status = kid.reap();
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+/// A SIGBUS that a process sends (`raise`, `kill`) is no fault: with no
+/// handler of the program's own it takes the default action, as without
+/// ksync, instead of disappearing into ksync's handler.
+#[test]
+fn a_sigbus_sent_by_a_process_still_kills() {
+    use std::os::unix::process::ExitStatusExt;
+    let set = Shared::new(1);
+    let kid = Kid::spawn("raised-sigbus", &args(&[&set.id()]));
+    kid.expect("raising");
+    let status = kid.reap();
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+/// A program that ignores SIGBUS still ignores a sent one with ksync's
+/// handler in front, even one whose address field points into a set (which
+/// must not poison it), and the handler stays: a truncated set still gives
+/// EINVAL.
+#[test]
+fn an_ignored_sigbus_stays_ignored_and_sets_stay_guarded() {
+    let set = Shared::new(1);
+    let path = ksync::sem::shared::sem_dir().join(format!("sem.{}", set.id()));
+    let kid = Kid::spawn("ignored-sigbus", &args(&[&set.id()]));
+    kid.expect("ignored");
+    kid.expect("not poisoned");
+    assert_eq!(kid.expect("after truncation"), libc::EINVAL.to_string());
+    assert!(kid.reap().success());
+    let _ = std::fs::remove_file(&path);
 }
 
 /// Overwrites random words of a set's file with random values and then

@@ -15,7 +15,11 @@
 //!
 //! A fault anywhere else goes to the handler that was installed before, or,
 //! if there was none, to the default action (the handler puts it back and
-//! returns, and the fault happens again).
+//! returns, and the fault happens again). A `SIGBUS` that a process sent
+//! (`kill`, `raise`) is no fault: its address field holds the sender's ids,
+//! so it is never taken for one in a set; it goes to the previous handler,
+//! is ignored if that was `SIG_IGN`, and otherwise is raised again under the
+//! default action, which a returning handler would have swallowed.
 //!
 //! The handler only reads and writes atomics in a fixed table and calls
 //! `mmap` and `sigaction`, which are async-signal-safe.
@@ -126,8 +130,12 @@ fn install() {
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for r in RANGES.iter() {
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // The kernel's own SIGBUS (a fault) has a positive code; one sent by a
+    // process (SI_USER, SI_TKILL, SI_QUEUE) has zero or less, and no address.
+    let fault = code > 0;
+    let ranges = if fault { &RANGES[..] } else { &[] };
+    for r in ranges {
         let len = r.len.load(Ordering::Acquire);
         let start = r.start.load(Ordering::Relaxed);
         if len == 0 || addr < start || addr >= start + len {
@@ -181,13 +189,20 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
                 f(sig);
             }
         }
+        Some(old) if old.sa_sigaction == libc::SIG_IGN && !fault => {}
         _ => {
-            // Back to the default action; the fault recurs and takes it.
-            // SAFETY: plain sigaction with a zeroed (SIG_DFL) action.
+            // Back to the default action. A fault recurs when the handler
+            // returns and takes it; a sent signal would not, so it is sent
+            // again (not blocked here: the handler runs with SA_NODEFER).
+            // SAFETY: plain sigaction with a zeroed (SIG_DFL) action, and
+            // raise, both async-signal-safe.
             unsafe {
                 let mut dfl: libc::sigaction = std::mem::zeroed();
                 dfl.sa_sigaction = libc::SIG_DFL;
                 libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+                if !fault {
+                    libc::raise(libc::SIGBUS);
+                }
             }
         }
     }
