@@ -1,6 +1,10 @@
 //! Unit tests of the reworked paravirt lock: its word, the pending path,
 //! sleeping successors woken by the new owner's unlock, the hand-off that
 //! stops stealing, nested queueing and the no-node path.
+//!
+//! The pv event counters are process-wide, summed over every lock: a test
+//! that asserts on them runs alone among this module's tests (see
+//! [`PV_LOCKS`]).
 
 use super::super::queued::hook::{spawn_nester, Nested, LEVELS};
 use super::super::queued::{decode_tail, tail_fields};
@@ -9,8 +13,21 @@ use crate::test_common::wait_until;
 use crate::thread_slot;
 use lock_api::RawMutex;
 use std::sync::atomic::{AtomicBool, AtomicU32 as StdAtomicU32, Ordering as O};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
+
+/// Every test here that takes a pv lock holds this, shared; a test that
+/// reads the event counters holds it exclusively, so the events it counts
+/// are its own locks'.
+static PV_LOCKS: RwLock<()> = RwLock::new(());
+
+fn using_pv_locks() -> RwLockReadGuard<'static, ()> {
+    PV_LOCKS.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn counting_pv_events() -> RwLockWriteGuard<'static, ()> {
+    PV_LOCKS.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Locks `lock` on a new thread, records `name` in `order` while holding
 /// it, and unlocks.
@@ -38,6 +55,7 @@ fn lock_word_and_handoff_bit() {
 
 #[test]
 fn uncontended_and_try_lock() {
+    let _pv = using_pv_locks();
     let lock = RawPvQSpinLock::new();
     let g = lock.lock();
     assert_eq!(lock.word(), LOCKED_VAL);
@@ -54,6 +72,7 @@ fn uncontended_and_try_lock() {
 /// takes the lock with the halfword store: `(0,1,1)` while it waits.
 #[test]
 fn the_second_contender_is_the_pending_waiter() {
+    let _alone = counting_pv_events();
     let before = pv_stats();
     let lock = Arc::new(RawPvQSpinLock::new());
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -68,8 +87,7 @@ fn the_second_contender_is_the_pending_waiter() {
     assert_eq!(lock.word(), 0);
     let seen = pv_stats().since(&before);
     // On a loaded machine the waiter may have given the pending bit up and
-    // queued; either way it took one of those paths. (The counters are
-    // process-wide: tests running beside this one add to them.)
+    // queued; either way it took one of those paths.
     assert!(seen.pending + seen.queued >= 1, "{seen:?}");
 }
 
@@ -77,6 +95,7 @@ fn the_second_contender_is_the_pending_waiter() {
 /// hands it the queue head and its unlock (not its lock) wakes it.
 #[test]
 fn a_sleeping_successor_is_woken_by_the_new_owners_unlock() {
+    let _alone = counting_pv_events();
     let before = pv_stats();
     let lock = Arc::new(RawPvQSpinLock::new());
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -105,6 +124,7 @@ fn a_sleeping_successor_is_woken_by_the_new_owners_unlock() {
 /// gets the lock first.
 #[test]
 fn a_patient_head_raises_handoff_and_arrivals_stop_stealing() {
+    let _alone = counting_pv_events();
     let before = pv_stats();
     let lock = Arc::new(RawPvQSpinLock::new());
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -142,6 +162,7 @@ impl Nested for RawPvQSpinLock {
 
 #[test]
 fn nested_queueing_uses_four_nodes_then_goes_without() {
+    let _alone = counting_pv_events();
     let before = pv_stats();
     let guards: Vec<_> = NESTED.iter().map(|l| l.lock()).collect();
     let nester = spawn_nester::<RawPvQSpinLock>();
@@ -180,6 +201,7 @@ fn locking_from_a_tls_destructor_after_the_slot_is_gone() {
         static ON_EXIT: LocksOnExit = const { LocksOnExit };
     }
 
+    let _alone = counting_pv_events();
     let before = pv_stats().no_node;
     let guard = LOCK.lock();
     let exiting = std::thread::spawn(|| {
@@ -202,6 +224,7 @@ fn locking_from_a_tls_destructor_after_the_slot_is_gone() {
 /// directly, which is exactly what that race does.
 #[test]
 fn a_stale_arrival_gives_back_the_pending_bit_it_set_behind_a_handoff() {
+    let _pv = using_pv_locks();
     let lock = Arc::new(RawPvQSpinLock::new());
     let order = Arc::new(Mutex::new(Vec::new()));
     let guard = lock.lock();
