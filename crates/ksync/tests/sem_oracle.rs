@@ -35,11 +35,11 @@
 //! state must equal the `SemSet`'s.
 //!
 //! Skips: if SysV IPC is unavailable (semget fails with ENOSYS, ENOSPC,
-//! EPERM or EACCES) the kernel is left out with a loud banner on stderr: the
-//! property tests still compare the shared set with the `SemSet` and check
-//! the ksync-only steps (their outcome coverage then counts ksync's
-//! results), and the hand-written cases check only their ksync halves
-//! (against the expected values written in the test);
+//! EPERM or EACCES) the kernel is left out with a loud banner on stderr that
+//! says what still runs: the property tests still compare the shared set
+//! with the `SemSet` and check the ksync-only steps (their outcome coverage
+//! then counts ksync's results), and the hand-written cases check only their
+//! ksync halves (against the expected values written in the test);
 //! `KSYNC_REQUIRE_SYSV=1` makes any such skip a failure. Once the first
 //! kernel set was created, any later semget failure fails the test: a partial
 //! run never passes.
@@ -62,7 +62,7 @@ mod sem_common;
 use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEMMSL, SEMOPM, SEM_UNDO};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sem_common::{my_pid, sb, sysv_available, KResult, KernelSet, Sems, SharedSet};
+use sem_common::{my_pid, sb, sysv_available_else_running, KResult, KernelSet, Sems, SharedSet};
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -591,7 +591,12 @@ fn run_property(
     cases: u32,
     strategy: impl Strategy<Value = (usize, Vec<Step>)>,
 ) -> Tally {
-    let with_kernel = sysv_available(test);
+    let with_kernel = sysv_available_else_running(
+        test,
+        "every step on a SemSet and on a process-shared set, their results \
+         and states compared after each; the ksync-only steps; the outcome \
+         coverage, counted on the SemSet's results",
+    );
     let config = Config {
         cases,
         // Shrunk failures are printed; keep the source tree clean.
@@ -1095,7 +1100,10 @@ fn construction_limits() {
     assert_eq!(SemSet::new(SEMMSL + 1).err(), Some(SemError::Invalid));
     assert_eq!(SemSet::new(SEMMSL).map(|s| s.nsems()), Ok(SEMMSL));
     // The kernel agrees on the size limits.
-    if sysv_available("sem_oracle::construction_limits") {
+    if sysv_available_else_running(
+        "sem_oracle::construction_limits",
+        "SemSet's own size limits",
+    ) {
         assert_eq!(
             KernelSet::new(SEMMSL + 1)
                 .err()

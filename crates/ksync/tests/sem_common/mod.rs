@@ -6,7 +6,8 @@
 //! SysV IPC), `ENOSPC` (no set left to create) or `EPERM`/`EACCES`
 //! (a sandbox forbids it), the kernel side is *skipped loudly*: a banner on
 //! stderr, and the test returns without checking anything against the
-//! kernel. Setting `KSYNC_REQUIRE_SYSV=1` turns that skip into a failure
+//! kernel (a test that goes on with its ksync halves says in the banner what
+//! still runs). Setting `KSYNC_REQUIRE_SYSV=1` turns that skip into a failure
 //! (for CI machines where the oracle must run). Any other `semget` error,
 //! or a failure after the first set was created, fails the test: a run is
 //! never reported as passed when only part of it ran. `KSYNC_SEM_NO_KERNEL=1`
@@ -326,6 +327,17 @@ pub fn finish_within<T>(what: &str, h: thread::ScopedJoinHandle<'_, T>, limit: D
 /// returns false when SysV IPC is unavailable (see the module comment);
 /// panics instead when `KSYNC_REQUIRE_SYSV` is set, or on an unexpected error.
 pub fn sysv_available(test: &str) -> bool {
+    kernel_or_banner(test, None)
+}
+
+/// [`sysv_available`] for a test that goes on without the kernel: its banner
+/// names what still runs (`still_runs`), so a reader does not take the whole
+/// test for skipped.
+pub fn sysv_available_else_running(test: &str, still_runs: &str) -> bool {
+    kernel_or_banner(test, Some(still_runs))
+}
+
+fn kernel_or_banner(test: &str, still_runs: Option<&str>) -> bool {
     // `KSYNC_SEM_NO_KERNEL=1` takes the skip path on purpose (to check it, or
     // to run only the ksync halves).
     let probe = if std::env::var_os("KSYNC_SEM_NO_KERNEL").is_some() {
@@ -347,12 +359,22 @@ pub fn sysv_available(test: &str) -> bool {
             // Straight to the process's stderr: the test harness captures
             // eprintln! output of passing tests, and this must be seen.
             let bang = "!".repeat(72);
-            let _ = writeln!(
-                io::stderr(),
-                "\n{bang}\n!!! SKIPPED {test}: SysV semaphores unavailable here ({e}).\n\
-                 !!! Nothing was compared against the kernel. Set KSYNC_REQUIRE_SYSV=1\n\
-                 !!! to make this a failure.\n{bang}"
-            );
+            let _ = match still_runs {
+                None => writeln!(
+                    io::stderr(),
+                    "\n{bang}\n!!! SKIPPED {test}: SysV semaphores unavailable here ({e}).\n\
+                     !!! Nothing was compared against the kernel. Set KSYNC_REQUIRE_SYSV=1\n\
+                     !!! to make this a failure.\n{bang}"
+                ),
+                Some(runs) => writeln!(
+                    io::stderr(),
+                    "\n{bang}\n!!! KERNEL LEFT OUT of {test}: SysV semaphores unavailable here\n\
+                     !!! ({e}).\n\
+                     !!! Skipped: every comparison against the kernel.\n\
+                     !!! Still run: {runs}.\n\
+                     !!! Set KSYNC_REQUIRE_SYSV=1 to make the kernel's absence a failure.\n{bang}"
+                ),
+            };
             false
         }
     }
@@ -708,7 +730,10 @@ macro_rules! on_both {
             let owed = $crate::sem_common::Sems::wakes_owed(&set);
             assert_eq!(owed, 0, "{}: wake-ups forgotten", $test);
         }
-        if $crate::sem_common::sysv_available($test) {
+        if $crate::sem_common::sysv_available_else_running(
+            $test,
+            "the scenario on a SemSet and on a process-shared set (run above)",
+        ) {
             eprintln!("{}: kernel side", $test);
             let k = $crate::sem_common::KernelSet::create($n);
             let undo = ksync::sem::SemUndo::new();
