@@ -104,8 +104,22 @@ pub fn key_id(key: i32) -> Result<Option<i32>, SemError> {
     id_of_key(&sem_dir(), key)
 }
 
+/// The mode a set's file gets for the set's mode `mode`: the group's and
+/// others' bits as the set has them, so that the OS enforces them, and read
+/// and write for the file's owner whatever the set's owner bits say. The
+/// file's owner (the set's creator, or the owner a privileged `IPC_SET`
+/// gave it) could `chmod` the file anyway, so the bits would protect
+/// nothing from it; opened, it lets the owner do what the kernel lets an
+/// owner its mode shuts out do (`IPC_SET`, `IPC_RMID`, and `semget` without
+/// rights asked), while [`SharedSemSet`](super::SharedSemSet) checks the
+/// set's own owner bits from the header.
+pub(super) fn file_mode(mode: u32) -> libc::mode_t {
+    ((mode & 0o777) | 0o600) as libc::mode_t
+}
+
 /// Opens set `id`'s file, read-write when the file's mode allows it, else
-/// read-only; `None` when there is no such file.
+/// read-only; `None` when there is no such file, `EACCES` when the file's
+/// mode shuts this process out (see [`SealedSemSet`](super::SealedSemSet)).
 pub(super) fn open_file(dir: &Path, id: i32) -> Result<Option<(OwnedFd, bool)>, SemError> {
     let c = cstr(&set_path(dir, id))?;
     for (flags, writable) in [(libc::O_RDWR, true), (libc::O_RDONLY, false)] {
@@ -122,6 +136,34 @@ pub(super) fn open_file(dir: &Path, id: i32) -> Result<Option<(OwnedFd, bool)>, 
         }
     }
     Err(SemError::Access)
+}
+
+/// What the attributes of set `id`'s file say, read without opening it
+/// (`stat` needs no right on the file): `(owner, group, mode, size)`;
+/// `None` when there is no such file.
+pub(super) fn file_attributes(
+    dir: &Path,
+    id: i32,
+) -> Result<Option<(u32, u32, u32, u64)>, SemError> {
+    let c = cstr(&set_path(dir, id))?;
+    // SAFETY: plain old data, filled by lstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and out-pointer.
+    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0 {
+        return match errno() {
+            libc::ENOENT => Ok(None),
+            e => Err(os_error(e)),
+        };
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(SemError::Invalid);
+    }
+    Ok(Some((
+        st.st_uid,
+        st.st_gid,
+        st.st_mode & 0o777,
+        st.st_size as u64,
+    )))
 }
 
 /// The ids of every set file in the directory.

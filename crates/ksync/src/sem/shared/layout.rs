@@ -282,6 +282,24 @@ impl Layout {
         self.words * 4
     }
 
+    /// The number of semaphores of a set file `bytes` long, for a process
+    /// that may not read the file's header (`SealedSemSet`): the size grows
+    /// with every semaphore (each adds a word to each process slot, and 128
+    /// slots outgrow the alignment of the owed wake-ups), so it names one
+    /// count; `None` for a size no count gives.
+    pub(super) fn nsems_of_bytes(bytes: u64) -> Option<usize> {
+        let (mut low, mut high) = (1, SEMMSL);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if (Layout::new(mid).bytes() as u64) < bytes {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        (Layout::new(low).bytes() as u64 == bytes).then_some(low)
+    }
+
     pub(super) fn sem(&self, num: usize) -> usize {
         self.sems + num
     }
@@ -374,6 +392,29 @@ mod tests {
             assert_eq!(l.owed(OWED_GROUPS - 1).end, l.words);
             assert!(l.words < u32::MAX as usize);
         }
+    }
+
+    /// A process that may not read a set's header learns its size from
+    /// the file's length: every count must give its own length.
+    #[test]
+    fn a_files_length_names_its_number_of_semaphores() {
+        let mut previous = 0;
+        for n in 1..=SEMMSL {
+            let bytes = Layout::new(n).bytes() as u64;
+            assert!(
+                bytes > previous,
+                "{n} semaphores take no more room than {}",
+                n - 1
+            );
+            previous = bytes;
+        }
+        for n in [1, 2, 3, 250, SEMMSL - 1, SEMMSL] {
+            let bytes = Layout::new(n).bytes() as u64;
+            assert_eq!(Layout::nsems_of_bytes(bytes), Some(n));
+            assert_eq!(Layout::nsems_of_bytes(bytes - 4), None);
+            assert_eq!(Layout::nsems_of_bytes(bytes + 4), None);
+        }
+        assert_eq!(Layout::nsems_of_bytes(0), None);
     }
 
     #[test]

@@ -75,11 +75,27 @@
 //! * A process that may read a set but not write its file waits for zero
 //!   by polling (it cannot queue itself): `GETZCNT` does not count it, and
 //!   its success does not update `GETPID` or the operation time.
-//! * Rights follow the file: a process that cannot open the file for writing
-//!   cannot alter the set, even where its mode would allow it; `IPC_SET`
-//!   changes the file's owner only for root.
-//! * An owner whose own mode denies it write permission cannot remove or
-//!   `IPC_SET` the set (`EACCES`): it cannot write to the file.
+//! * Rights follow the file. Its mode is the set's for the group and
+//!   others, and always read and write for the user the file names as its
+//!   owner (the creator, or the owner a privileged `IPC_SET` gave it), so
+//!   that this user may do what the kernel lets an owner its own mode
+//!   shuts out do (`IPC_SET`, `IPC_RMID`); the set's owner bits are checked
+//!   against the header. Only root can change a file's owner, so after an
+//!   unprivileged `IPC_SET` names another owner, or a privileged one gives
+//!   the set away from its creator, the owner or creator the file does not
+//!   name has only the rights the file's group and other bits give it: it
+//!   cannot alter a set it cannot open for writing (`EACCES`), nor remove
+//!   or `IPC_SET` one it cannot open at all (`EPERM`), and its `IPC_SET`
+//!   changes the set's mode but not the file's.
+//! * A process the file's mode shuts out (it may not read the file) cannot
+//!   map the set. [`SharedSemSet::get`] still answers as `semget` does,
+//!   and [`SealedSemSet`] gives the answers the kernel checks before the
+//!   rights (`EFBIG`, `EINVAL` for a number, `EPERM`), from the file's
+//!   attributes, which need no right on the file; [`SharedSemSet::open`],
+//!   which returns a handle, answers `EACCES`. A process the mode lets alter
+//!   but not read (0622, say) is shut out too: `EACCES` where the kernel
+//!   would let it alter the set. A set whose remover was killed before it
+//!   unlinked the file still looks present to a shut-out process.
 //! * Undo adjustments are applied lazily: by the next process that blocks,
 //!   fails with `EAGAIN`, makes a control call, or sleeps in the set, not at
 //!   the instant of death. A lock-free operation in between does not see them.
@@ -119,7 +135,7 @@ mod wake;
 pub use dir::{key_id, sem_dir, set_ids, SEMMNI};
 pub use layout::{NPROC, NSLEEP};
 pub use set::{
-    set_untimed_crowd, RecoveryStats, SharedSemSet, SharedSemStat, UndoHolder, IPC_CREAT, IPC_EXCL,
-    IPC_PRIVATE,
+    set_untimed_crowd, Got, RecoveryStats, SealedSemSet, SharedSemSet, SharedSemStat, UndoHolder,
+    IPC_CREAT, IPC_EXCL, IPC_PRIVATE,
 };
 pub use versions::{file_layout_version, remove_other_version, LAYOUT_VERSION};

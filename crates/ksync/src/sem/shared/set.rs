@@ -212,6 +212,10 @@ impl Creds {
         self.euid == 0
     }
 
+    fn in_group(&self, gid: u32) -> bool {
+        self.egid == gid || self.groups.contains(&gid)
+    }
+
     fn is_owner(&self, map: &Mapping) -> bool {
         self.euid == map.load(header::UID) || self.euid == map.load(header::CUID)
     }
@@ -221,7 +225,7 @@ impl Creds {
     fn granted(&self, map: &Mapping) -> u32 {
         let mode = map.load(header::MODE);
         let (gid, cgid) = (map.load(header::GID), map.load(header::CGID));
-        let in_group = |g: u32| self.egid == g || self.groups.contains(&g);
+        let in_group = |g: u32| self.in_group(g);
         if self.is_owner(map) {
             (mode >> 6) & 7
         } else if in_group(gid) || in_group(cgid) {
@@ -229,6 +233,119 @@ impl Creds {
         } else {
             mode & 7
         }
+    }
+}
+
+/// What [`SharedSemSet::get`] found: a set this process opened, or one
+/// whose file's mode shuts it out.
+#[derive(Debug)]
+pub enum Got {
+    /// The set, open.
+    Open(SharedSemSet),
+    /// A set this process may not open ([`SealedSemSet`]).
+    Sealed(SealedSemSet),
+}
+
+impl Got {
+    /// The set's id.
+    pub fn id(&self) -> i32 {
+        match self {
+            Got::Open(set) => set.id(),
+            Got::Sealed(sealed) => sealed.id(),
+        }
+    }
+
+    fn nsems(&self) -> usize {
+        match self {
+            Got::Open(set) => set.nsems(),
+            Got::Sealed(sealed) => sealed.nsems(),
+        }
+    }
+
+    fn permits(&self, flag: i32) -> bool {
+        match self {
+            Got::Open(set) => set.permits(flag),
+            Got::Sealed(sealed) => sealed.permits(flag),
+        }
+    }
+}
+
+/// A set whose file this process may not read (nor so map): the file's
+/// mode, which is the set's for the group and others (`dir::file_mode`),
+/// shuts it out. Its header is out of reach, but what the kernel checks
+/// before (or instead of) the rights a call needs can be read from the
+/// file's attributes, which `stat` gives without any right on the file:
+/// the number of semaphores from its length, the group and the mode.
+///
+/// The file's owner is never shut out (its owner bits are always read and
+/// write: `dir::file_mode`), so the caller is not the owner the file
+/// names: every right it has comes from the group or other bits, which the
+/// file shares with the set, and an `IPC_SET` or `IPC_RMID` is refused
+/// with `EPERM` (see the module's list of differences for an owner or
+/// creator the file does not name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealedSemSet {
+    id: i32,
+    nsems: usize,
+    gid: u32,
+    mode: u32,
+}
+
+impl SealedSemSet {
+    /// What the attributes of set `id`'s file say: `ENOENT` if there is no
+    /// such file, `EINVAL` if its length fits no set.
+    pub fn of(id: i32) -> Result<SealedSemSet, SemError> {
+        let (_uid, gid, mode, bytes) =
+            dir::file_attributes(&dir::sem_dir(), id)?.ok_or(SemError::NotFound)?;
+        let nsems = Layout::nsems_of_bytes(bytes).ok_or(SemError::Invalid)?;
+        Ok(SealedSemSet {
+            id,
+            nsems,
+            gid,
+            mode,
+        })
+    }
+
+    /// The set's id.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+
+    /// Number of semaphores in the set.
+    pub fn nsems(&self) -> usize {
+        self.nsems
+    }
+
+    /// Whether the set's mode grants the caller `flag`'s rights (the
+    /// kernel's `ipcperms`, with the group or other bits, which the file
+    /// carries): what `semget` checks.
+    pub fn permits(&self, flag: i32) -> bool {
+        let creds = Creds::current();
+        if creds.privileged() {
+            return true;
+        }
+        let granted = if creds.in_group(self.gid) {
+            (self.mode >> 3) & 7
+        } else {
+            self.mode & 7
+        };
+        let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
+        requested & !granted == 0
+    }
+
+    /// The answer to a call that needs read (`alter == false`) or alter
+    /// permission: always `EACCES`. Where the mode refuses the right, it is
+    /// the kernel's answer; where it grants alter but not read, the kernel
+    /// would go on, but a file this process may not read cannot be mapped
+    /// (see the module's list of differences).
+    pub fn check_access(&self, _alter: bool) -> Result<(), SemError> {
+        Err(SemError::Access)
+    }
+
+    /// `IPC_SET` and `IPC_RMID`'s check, which goes by ownership, not by
+    /// mode: `EPERM`, since the file's owner is never shut out.
+    pub fn owner_only(&self) -> Result<(), SemError> {
+        Err(SemError::Permission)
     }
 }
 
@@ -282,7 +399,23 @@ impl SharedSemSet {
     /// order: `EINVAL` for `nsems` above [`SEMMSL`] (or 0 when creating, or
     /// above an existing set's size), `EEXIST`, `ENOENT`, `EACCES`, `ENOSPC`
     /// when [`SEMMNI`] sets exist.
+    ///
+    /// A handle needs the set's file open: where [`get`](Self::get) finds
+    /// a set whose file's mode shuts this process out, `open` answers
+    /// `EACCES`, after the checks the kernel makes first.
     pub fn open(key: i32, nsems: usize, flags: i32) -> Result<SharedSemSet, SemError> {
+        match SharedSemSet::get(key, nsems, flags)? {
+            Got::Open(set) => Ok(set),
+            Got::Sealed(_) => Err(SemError::Access),
+        }
+    }
+
+    /// `semget(key, nsems, flags)` exactly as the kernel answers it, for a
+    /// caller that needs only the id: as [`open`](Self::open), but a set
+    /// whose file this process may not open is found too
+    /// ([`Got::Sealed`]), and refused only for the rights `flags` asks for,
+    /// after `EEXIST` and `EINVAL`, which the kernel checks first.
+    pub fn get(key: i32, nsems: usize, flags: i32) -> Result<Got, SemError> {
         if nsems > SEMMSL {
             return Err(SemError::Invalid);
         }
@@ -292,24 +425,31 @@ impl SharedSemSet {
         for _ in 0..64 {
             if key != IPC_PRIVATE {
                 if let Some(id) = dir::id_of_key(&dir, key)? {
-                    let set = match SharedSemSet::open_id(id) {
-                        Ok(set) => set,
+                    let found = match SharedSemSet::open_id(id) {
+                        Ok(set) => Ok(Got::Open(set)),
+                        Err(SemError::Access) => SealedSemSet::of(id).map(Got::Sealed),
+                        Err(e) => Err(e),
+                    };
+                    let got = match found {
+                        Ok(got) => got,
                         Err(SemError::NotFound) | Err(SemError::Removed) => {
                             dir::unbind_key(&dir, key, id);
                             continue;
                         }
                         Err(e) => return Err(e),
                     };
+                    // The kernel's order (`ipcget_public`, `sem_more_checks`,
+                    // `ipcperms`): only the rights the flags name are checked.
                     if flags & IPC_CREAT != 0 && flags & IPC_EXCL != 0 {
                         return Err(SemError::Exists);
                     }
-                    if nsems > set.nsems() {
+                    if nsems > got.nsems() {
                         return Err(SemError::Invalid);
                     }
-                    if !set.permits(flags & 0o777) {
+                    if !got.permits(flags & 0o777) {
                         return Err(SemError::Access);
                     }
-                    return Ok(set);
+                    return Ok(got);
                 }
                 if flags & IPC_CREAT == 0 {
                     return Err(SemError::NotFound);
@@ -320,7 +460,7 @@ impl SharedSemSet {
             }
             match create(&dir, key, nsems, (flags & 0o777) as u32) {
                 Err(SemError::Exists) if key != IPC_PRIVATE => continue,
-                other => return other,
+                other => return other.map(Got::Open),
             }
         }
         Err(SemError::NoSpace)
@@ -1145,7 +1285,7 @@ impl SharedSemSet {
         let fd = self.map.fd.as_raw_fd();
         // SAFETY: plain system calls on our descriptor.
         unsafe {
-            libc::fchmod(fd, (mode & 0o666) as libc::mode_t);
+            libc::fchmod(fd, dir::file_mode(mode));
             libc::fchown(fd, uid, gid);
         }
         Ok(())
@@ -1157,7 +1297,9 @@ impl SharedSemSet {
             return Err(SemError::Permission);
         }
         if !self.map.writable() {
-            // The file's mode denies the owner write access: see `set_perm`.
+            // The file's owner always may write it (`dir::file_mode`); an
+            // owner or creator the file does not name (an `IPC_SET` that
+            // could not change the file's owner) may not.
             return Err(SemError::Access);
         }
         Ok(())
@@ -1293,7 +1435,7 @@ fn build(
     map.word(header::MAGIC).store(MAGIC, Ordering::Release);
     // The OS enforces the set's read and alter permission on the file.
     // SAFETY: plain system call on our descriptor.
-    unsafe { libc::fchmod(fd.as_raw_fd(), (mode & 0o666) as libc::mode_t) };
+    unsafe { libc::fchmod(fd.as_raw_fd(), dir::file_mode(mode)) };
     let from = cstr(tmp)?;
     loop {
         let id = dir::random_id();
