@@ -14,6 +14,7 @@ mod common;
 mod sem_common;
 
 use common::{wait_until, PATIENCE};
+use ksync::sem::shared::Got;
 use ksync::sem::{
     SemBuf, SemError, SharedSemSet, IPC_CREAT, IPC_EXCL, IPC_NOWAIT, IPC_PRIVATE, SEMMSL, SEM_UNDO,
 };
@@ -172,6 +173,44 @@ fn child_role() {
             let r = set.op(&[SemBuf::new(0, 0, 0)], Some(Duration::from_secs(20)));
             signaller.join().unwrap();
             say(&format!("result {r}"));
+            0
+        }
+        // key, id: as nobody, what SharedSemSet::get and open answer for a
+        // key whose set's file shuts nobody out (mode 0600, root's).
+        "nobody-get" => {
+            // SAFETY: plain system calls in a single-purpose child.
+            let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
+            assert!(dropped, "child: could not become nobody");
+            let (key, id) = (int(0), int(1));
+            let get = |nsems: usize, flags: i32| match SharedSemSet::get(key, nsems, flags) {
+                Ok(Got::Sealed(sealed)) if sealed.id() == id => "sealed".to_string(),
+                Ok(other) => format!("unexpected {other:?}"),
+                Err(e) => e.errno().to_string(),
+            };
+            say(&format!("any {}", get(0, 0)));
+            say(&format!("all {}", get(3, 0)));
+            say(&format!("more {}", get(4, 0)));
+            say(&format!("read {}", get(0, 0o400)));
+            say(&format!("excl {}", get(0, IPC_CREAT | IPC_EXCL | 0o600)));
+            let open = SharedSemSet::open(key, 0, 0);
+            say(&format!("open {}", open.err().map_or(0, |e| e.errno())));
+            0
+        }
+        // id: as nobody, a set it may read (0644) but not alter, through
+        // one handle, before and after the owner's IPC_SET makes it 0666.
+        "nobody-grows" => {
+            // SAFETY: plain system calls in a single-purpose child.
+            let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
+            assert!(dropped, "child: could not become nobody");
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            let r = |x: Result<(), SemError>| x.err().map_or(0, |e| e.errno());
+            say(&format!("before {}", r(set.set_value(0, 1))));
+            read_stdin_line();
+            say(&format!("setval {}", r(set.set_value(0, 1))));
+            say(&format!(
+                "semop {}",
+                r(set.semop(&[SemBuf::new(0, 1, IPC_NOWAIT)]))
+            ));
             0
         }
         "nobody" => {
@@ -1060,6 +1099,59 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
         k.set_value(0, 1).unwrap();
         assert_eq!(interrupted("k", k.id()), libc::EINTR, "kernel");
     }
+}
+
+/// A process the set's file shuts out finds the set by key as the kernel's
+/// semget does: only the rights its flags ask for are refused, after
+/// EINVAL for the size and EEXIST, which the kernel checks first.
+#[test]
+fn a_process_shut_out_of_the_file_gets_semgets_answers() {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        let bang = "!".repeat(72);
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{bang}\n!!! SKIPPED sem_shared::a_process_shut_out_of_the_file_gets_semgets_answers:\n\
+             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
+        );
+        return;
+    }
+    let key = 0x4b5e_0000 | (std::process::id() as i32 & 0xffff);
+    let set = Shared(SharedSemSet::open(key, 3, IPC_CREAT | IPC_EXCL | 0o600).expect("create"));
+    let kid = Kid::spawn("nobody-get", &args(&[&key, &set.id()]));
+    assert_eq!(kid.expect("any"), "sealed");
+    assert_eq!(kid.expect("all"), "sealed");
+    assert_eq!(kid.expect_errno("more"), libc::EINVAL);
+    assert_eq!(kid.expect_errno("read"), libc::EACCES);
+    assert_eq!(kid.expect_errno("excl"), libc::EEXIST);
+    assert_eq!(kid.expect_errno("open"), libc::EACCES);
+    assert!(kid.reap().success());
+}
+
+/// A handle opened read-only writes once an IPC_SET lets its process write
+/// the file, as the kernel, which checks rights at every call.
+#[test]
+fn a_read_only_handle_writes_once_ipc_set_allows_it() {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        let bang = "!".repeat(72);
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{bang}\n!!! SKIPPED sem_shared::a_read_only_handle_writes_once_ipc_set_allows_it:\n\
+             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
+        );
+        return;
+    }
+    let set = Shared::new(1);
+    set.set_perm(0, 0, 0o644).unwrap();
+    let mut kid = Kid::spawn("nobody-grows", &args(&[&set.id()]));
+    assert_eq!(kid.expect_errno("before"), libc::EACCES);
+    set.set_perm(0, 0, 0o666).unwrap();
+    kid.release();
+    assert_eq!(kid.expect_errno("setval"), 0);
+    assert_eq!(kid.expect_errno("semop"), 0);
+    assert!(kid.reap().success());
+    assert_eq!(set.get_value(0), Ok(2));
 }
 
 /// A program forks while another of its threads keeps calling on a set

@@ -10,14 +10,21 @@ use super::sigbus;
 use crate::sem::counters::Counters;
 use crate::sem::sleep_watch::SleepWatch;
 use crate::sem::{SemError, SEMMSL};
-use crate::sync::{AtomicI32, AtomicU32, Ordering};
+use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// A set file mapped shared, read-write when the process may alter the set,
-/// read-only otherwise.
+/// read-only otherwise; a read-only mapping becomes read-write in place
+/// when an `IPC_SET` lets the process write the file
+/// ([`reopen_writable`](Mapping::reopen_writable)).
 pub(super) struct Mapping {
     base: NonNull<AtomicU32>,
     words: usize,
-    writable: bool,
+    writable: AtomicBool,
+    /// The header's permission generation when a read-only mapping last
+    /// tried to open its file for writing (`u64::MAX`: never), so that a
+    /// process the file keeps read-only pays one failed `open` per
+    /// `IPC_SET`, not one per call.
+    tried_gen: AtomicU64,
     pub(super) layout: Layout,
     /// Kept open for the life of the process once its liveness lock is taken
     /// (`procs.rs`); see [`super::procs::Registry`].
@@ -155,7 +162,8 @@ impl Mapping {
         Ok(Mapping {
             base,
             words: len / 4,
-            writable,
+            writable: AtomicBool::new(writable),
+            tried_gen: AtomicU64::new(u64::MAX),
             layout: Layout::new(1),
             fd,
             lockers_here: AtomicU32::new(0),
@@ -201,8 +209,103 @@ impl Mapping {
         sigbus::poisoned(self.guard)
     }
 
+    #[inline]
     pub(super) fn writable(&self) -> bool {
-        self.writable
+        self.writable.load(Ordering::Acquire)
+    }
+
+    /// Makes a read-only mapping read-write if set `id`'s file (this
+    /// mapping's) now opens for writing, which an `IPC_SET` since the
+    /// last try may allow; whether the mapping is writable.
+    ///
+    /// The file is mapped again read-write over the same addresses
+    /// (`MAP_FIXED`): the pages are the file's either way, so a thread
+    /// reading the set meanwhile sees the same words, and every pointer
+    /// into the mapping stays good. The new descriptor then takes the old
+    /// one's number (`dup3`), so the registry's one descriptor per file
+    /// stays one. Closing the read-only descriptor would drop this
+    /// process's POSIX locks on the file, but a read-only mapping never
+    /// took one: only a writable one claims a process slot (`procs.rs`).
+    pub(super) fn reopen_writable(&self, id: i32) -> bool {
+        if self.writable() {
+            return true;
+        }
+        let gen = u64::from(self.load(header::PERM_GEN));
+        if self.tried_gen.load(Ordering::Relaxed) == gen {
+            return false;
+        }
+        // One thread at a time; the claim waits for this, as it must (a
+        // claim on a read-only mapping would fail).
+        let _one = self.claiming.lock();
+        if self.writable() {
+            return true;
+        }
+        self.tried_gen.store(gen, Ordering::Relaxed);
+        let path = super::dir::set_path(&super::dir::sem_dir(), id);
+        let Ok(c) = super::dir::cstr(&path) else {
+            return false;
+        };
+        // SAFETY: a valid C string; the descriptor is owned below.
+        let raw = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            )
+        };
+        if raw < 0 {
+            return false;
+        }
+        // SAFETY: a descriptor we just opened and own.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        // The same file (not one a later set put under the same name), and
+        // as long as the mapping.
+        match (identity(&fd), identity(&self.fd)) {
+            (Ok((dev, ino, len)), Ok((old_dev, old_ino, _)))
+                if (dev, ino) == (old_dev, old_ino) && len >= self.words * 4 => {}
+            _ => return false,
+        }
+        // SAFETY: replaces exactly this mapping's pages with a shared
+        // read-write mapping of the same file at the same offsets; nothing
+        // else lives at those addresses.
+        let ptr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().cast(),
+                self.words * 4,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            // Out of memory for the kernel's bookkeeping, the range may be
+            // left unmapped: put the read-only mapping back where it was
+            // (NOREPLACE leaves an old mapping that is still there alone).
+            // SAFETY: maps only where nothing is mapped, over this
+            // mapping's own range.
+            unsafe {
+                libc::mmap(
+                    self.base.as_ptr().cast(),
+                    self.words * 4,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                    self.fd.as_raw_fd(),
+                    0,
+                )
+            };
+            return false;
+        }
+        // SAFETY: both descriptors are ours; `self.fd`'s number now names
+        // the read-write file description, close-on-exec as before.
+        if unsafe { libc::dup3(fd.as_raw_fd(), self.fd.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
+            // Still read-write through the mapping; the descriptor, used
+            // for byte-range locks that need write access, is not: stay
+            // read-only for the calls, which is what the process had.
+            return false;
+        }
+        drop(fd);
+        self.writable.store(true, Ordering::Release);
+        true
     }
 
     pub(super) fn nsems(&self) -> usize {

@@ -535,6 +535,15 @@ impl SharedSemSet {
         self.map.load(header::FLAGS) & REMOVED != 0
     }
 
+    /// Whether this process's mapping of the set is writable, reopening
+    /// the file for writing first if an `IPC_SET` since the last try may
+    /// have let it (`Mapping::reopen_writable`): a handle opened read-only
+    /// gains the rights the set's new mode gives, as in the kernel, where
+    /// rights are checked at each call.
+    fn writable(&self) -> bool {
+        self.map.writable() || self.map.reopen_writable(self.id)
+    }
+
     /// Whether the caller's credentials grant `flag`'s access (read or
     /// alter). The credentials are read once per handle and process, and
     /// again after an `IPC_SET`: a thread that changes its process's user id
@@ -578,7 +587,7 @@ impl SharedSemSet {
         if self.map.poisoned() {
             return Err(SemError::Invalid);
         }
-        if !self.permits(flag) || (flag == ALTER && !self.map.writable()) {
+        if !self.permits(flag) || (flag == ALTER && !self.writable()) {
             return Err(SemError::Access);
         }
         if self.is_removed() {
@@ -596,7 +605,7 @@ impl SharedSemSet {
             let (slot, gen) = super::layout::split_owner((cached as u32) - 1);
             return Ok(Me { slot, gen });
         }
-        if !self.map.writable() {
+        if !self.writable() {
             return Err(SemError::Access);
         }
         // Lock order: the claim, then the set's lock, then the registry.
@@ -784,7 +793,7 @@ impl SharedSemSet {
         mut polled: bool,
     ) -> Result<(), SemError> {
         self.check(if alter { ALTER } else { READ })?;
-        if !self.map.writable() {
+        if !self.writable() {
             return self.wait_for_zero_read_only(sops, timeout, deadline);
         }
         // A call on several semaphores found blocked polls once before it
@@ -1089,7 +1098,7 @@ impl SharedSemSet {
     /// the lock (each word is read atomically, the whole is no snapshot).
     fn read<T>(&self, f: impl FnOnce(&Mapping) -> Result<T, SemError>) -> Result<T, SemError> {
         self.check(READ)?;
-        if !self.map.writable() {
+        if !self.writable() {
             let result = f(&self.map);
             return self.unless_poisoned(result);
         }
@@ -1280,14 +1289,19 @@ impl SharedSemSet {
         if held.removed() {
             return Err(SemError::Removed);
         }
-        held.set_perm(uid, gid, mode & 0o777);
-        drop(held);
+        // The file first, then the header, whose new permission generation
+        // tells read-only handles to try the file again
+        // (`Mapping::reopen_writable`): a handle that sees the generation
+        // move finds the file's new mode. Under the lock, so two `IPC_SET`s
+        // leave the file and the header agreeing.
         let fd = self.map.fd.as_raw_fd();
         // SAFETY: plain system calls on our descriptor.
         unsafe {
             libc::fchmod(fd, dir::file_mode(mode));
             libc::fchown(fd, uid, gid);
         }
+        held.set_perm(uid, gid, mode & 0o777);
+        drop(held);
         Ok(())
     }
 
@@ -1296,7 +1310,7 @@ impl SharedSemSet {
         if !creds.privileged() && !creds.is_owner(&self.map) {
             return Err(SemError::Permission);
         }
-        if !self.map.writable() {
+        if !self.writable() {
             // The file's owner always may write it (`dir::file_mode`); an
             // owner or creator the file does not name (an `IPC_SET` that
             // could not change the file's owner) may not.
