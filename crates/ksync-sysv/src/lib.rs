@@ -34,6 +34,12 @@
 //! - `SEM_STAT`/`SEM_STAT_ANY` take the position in the sorted list of ids,
 //!   so removing a set closes its gap; `SEM_STAT_ANY` can only read sets
 //!   whose file the caller may open, the same as `SEM_STAT`'s.
+//! - A process the set's mode shuts out of its file gets the kernel's
+//!   answers in the kernel's order (`semget` finds the set when its flags
+//!   ask for no right it lacks; `EEXIST`, `EINVAL`, `EFBIG`, `EPERM` come
+//!   before `EACCES`), read from the file's attributes; but one the mode
+//!   lets alter and not read (0622, say) cannot map the set either, and
+//!   gets `EACCES` where the kernel lets it alter.
 //! - The limits are the kernel's defaults (`SEMMNI` 32000, `SEMMSL` 32000,
 //!   `SEMOPM` 500, `SEMVMX` 32767); `/proc/sys/kernel/sem` does not change
 //!   them, and the sets are not listed in `/proc/sysvipc/sem`.
@@ -41,8 +47,10 @@
 //!   but also at `exec` (the set's descriptors are close-on-exec), where
 //!   the kernel keeps them; and lazily, by the next process that needs the
 //!   set's lock, not at the instant of death.
-//! - The rest of `ksync::sem::shared`'s list: rights follow the file, at
-//!   most 128 processes per set and 1024 sleepers, and a `SIGBUS` handler,
+//! - The rest of `ksync::sem::shared`'s list: rights follow the file (an
+//!   owner or creator the file does not name, after an `IPC_SET` that
+//!   could not change the file's owner, has the file's group or other
+//!   rights), at most 128 processes per set and 1024 sleepers, and a `SIGBUS` handler,
 //!   installed when the first set is mapped, that turns a set file shortened
 //!   under the mapping into `EINVAL` and passes every other `SIGBUS` on.
 //!

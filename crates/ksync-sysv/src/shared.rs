@@ -18,7 +18,7 @@ use core::time::Duration;
 
 use libc::{c_int, key_t, sembuf, semid_ds, seminfo, timespec};
 
-use ksync::sem::shared::set_ids;
+use ksync::sem::shared::{set_ids, Got, SealedSemSet};
 use ksync::sem::{SemBuf, SemError, SharedSemSet, SharedSemStat, SEMMSL, SEMOPM, SEMVMX};
 
 use crate::backend::Backend;
@@ -62,8 +62,16 @@ fn errno(e: SemError) -> Errno {
 /// Runs `f` on set `semid` as a call by id must: `EINVAL` if there is no
 /// such set or it was removed before the call (the id is then forgotten),
 /// `f`'s own error otherwise, where a removal that overtook the call shows
-/// as `EIDRM`.
-fn on_set<R>(semid: c_int, f: impl FnOnce(&SharedSemSet) -> Result<R, Errno>) -> Result<R, Errno> {
+/// as `EIDRM`. A set whose file this process may not open gets `sealed`'s
+/// answer instead: the error the kernel gives before or instead of
+/// `EACCES`, found from the file's attributes ([`SealedSemSet`]). Such a
+/// set is not cached: the next call looks at the file again, and opens it
+/// if an `IPC_SET` has opened it to this process meanwhile.
+fn on_set<R>(
+    semid: c_int,
+    f: impl FnOnce(&SharedSemSet) -> Result<R, Errno>,
+    sealed: impl FnOnce(&SealedSemSet) -> Errno,
+) -> Result<R, Errno> {
     if semid < 0 {
         return Err(Errno::EINVAL);
     }
@@ -84,8 +92,26 @@ fn on_set<R>(semid: c_int, f: impl FnOnce(&SharedSemSet) -> Result<R, Errno>) ->
             Err(Errno::EINVAL)
         }
         Err(SemError::NotFound | SemError::Removed) => Err(Errno::EINVAL),
+        Err(SemError::Access) => match SealedSemSet::of(semid) {
+            Ok(set) => Err(sealed(&set)),
+            // Gone since the open failed.
+            Err(SemError::NotFound) => Err(Errno::EINVAL),
+            Err(e) => Err(errno(e)),
+        },
         Err(e) => Err(errno(e)),
     }
+}
+
+/// [`on_set`]'s answer for a sealed set to a call that needs read or alter
+/// permission and checks it first: `EACCES`.
+fn refused(set: &SealedSemSet) -> Errno {
+    errno(set.check_access(false).err().unwrap_or(SemError::Access))
+}
+
+/// [`on_set`]'s answer for a sealed set to `IPC_SET` and `IPC_RMID`, which
+/// go by ownership: `EPERM`.
+fn not_owner(set: &SealedSemSet) -> Errno {
+    errno(set.owner_only().err().unwrap_or(SemError::Permission))
 }
 
 /// `semnum` for a `GET` command: read permission first, then the number,
@@ -167,7 +193,7 @@ fn stat_index(index: c_int, out: UserPtr<semid_ds>) -> Result<c_int, Errno> {
     // SharedSemSet::stat checks read permission; SEM_STAT_ANY's lack of a
     // check cannot go further than the file's mode lets this process open
     // it, which is the same test (see the crate's documentation).
-    let stat = on_set(id, |set| set.stat().map_err(errno))?;
+    let stat = on_set(id, |set| set.stat().map_err(errno), refused)?;
     out.write(&semid_ds_of(&stat))?;
     Ok(id)
 }
@@ -186,10 +212,16 @@ fn duration(ts: timespec) -> Result<Duration, Errno> {
 impl Backend for SharedSets {
     fn get(&self, key: key_t, nsems: c_int, flags: c_int) -> Result<c_int, Errno> {
         let nsems = usize::try_from(nsems).map_err(|_| Errno::EINVAL)?;
-        let set = SharedSemSet::open(key, nsems, flags).map_err(errno)?;
-        let id = set.id();
-        cache::remember(set);
-        Ok(id)
+        match SharedSemSet::get(key, nsems, flags).map_err(errno)? {
+            Got::Open(set) => {
+                let id = set.id();
+                cache::remember(set);
+                Ok(id)
+            }
+            // Found, and the flags asked for no right the mode refuses:
+            // the kernel answers with the id, which later calls look up.
+            Got::Sealed(sealed) => Ok(sealed.id()),
+        }
     }
 
     fn operate(
@@ -227,7 +259,19 @@ impl Backend for SharedSets {
         }
         let timeout = timeout.map(duration).transpose()?;
         let ops: &[SemBuf] = ops;
-        on_set(semid, |set| set.semtimedop(ops, timeout).map_err(errno))
+        on_set(
+            semid,
+            |set| set.semtimedop(ops, timeout).map_err(errno),
+            // The kernel checks the numbers against the set's size before
+            // the rights (EFBIG before EACCES).
+            |sealed| {
+                if ops.iter().any(|op| usize::from(op.num) >= sealed.nsems()) {
+                    Errno(libc::EFBIG)
+                } else {
+                    refused(sealed)
+                }
+            },
+        )
     }
 
     fn control(&self, semid: c_int, semnum: c_int, command: Command) -> Result<c_int, Errno> {
@@ -240,64 +284,101 @@ impl Backend for SharedSets {
             Command::UsageInfo(out) => info(out, true),
             Command::StatIndex(out) | Command::StatIndexAny(out) => stat_index(semid, out),
             Command::Stat(out) => {
-                let stat = on_set(semid, |set| set.stat().map_err(errno))?;
+                let stat = on_set(semid, |set| set.stat().map_err(errno), refused)?;
                 out.write(&semid_ds_of(&stat))?;
                 Ok(0)
             }
             Command::Set(input) => {
                 // Copied before the set is looked up, as the kernel does.
                 let ds = input.read()?;
-                on_set(semid, |set| {
-                    let perm = ds.sem_perm;
-                    set.set_perm(perm.uid, perm.gid, u32::from(perm.mode))
-                        .map_err(errno)
-                })?;
+                on_set(
+                    semid,
+                    |set| {
+                        let perm = ds.sem_perm;
+                        set.set_perm(perm.uid, perm.gid, u32::from(perm.mode))
+                            .map_err(errno)
+                    },
+                    not_owner,
+                )?;
                 Ok(0)
             }
             Command::Remove => {
-                on_set(semid, |set| set.remove().map_err(errno))?;
+                on_set(semid, |set| set.remove().map_err(errno), not_owner)?;
                 cache::forget(semid);
                 Ok(0)
             }
-            Command::GetAll(out) => on_set(semid, |set| {
-                let values = set.get_all().map_err(errno)?;
-                out.write_slice(&values)?;
-                Ok(0)
-            }),
-            Command::SetAll(input) => on_set(semid, |set| {
-                // Alter permission before the array is read (EACCES before
-                // EFAULT), as the kernel checks them.
-                set.check_access(true).map_err(errno)?;
-                let values = input.read_slice(set.nsems())?;
-                set.set_all(&values).map_err(errno)?;
-                Ok(0)
-            }),
-            Command::GetValue => on_set(semid, |set| {
-                let num = number(set, semnum)?;
-                set.get_value(num).map_err(errno)
-            }),
-            Command::GetPid => on_set(semid, |set| {
-                let num = number(set, semnum)?;
-                set.pid(num).map_err(errno)
-            }),
-            Command::GetWaitingForIncrease => on_set(semid, |set| {
-                let num = number(set, semnum)?;
-                set.ncnt(num).map(|n| n as c_int).map_err(errno)
-            }),
-            Command::GetWaitingForZero => on_set(semid, |set| {
-                let num = number(set, semnum)?;
-                set.zcnt(num).map(|n| n as c_int).map_err(errno)
-            }),
+            Command::GetAll(out) => on_set(
+                semid,
+                |set| {
+                    let values = set.get_all().map_err(errno)?;
+                    out.write_slice(&values)?;
+                    Ok(0)
+                },
+                refused,
+            ),
+            Command::SetAll(input) => on_set(
+                semid,
+                |set| {
+                    // Alter permission before the array is read (EACCES before
+                    // EFAULT), as the kernel checks them.
+                    set.check_access(true).map_err(errno)?;
+                    let values = input.read_slice(set.nsems())?;
+                    set.set_all(&values).map_err(errno)?;
+                    Ok(0)
+                },
+                refused,
+            ),
+            Command::GetValue => on_set(
+                semid,
+                |set| {
+                    let num = number(set, semnum)?;
+                    set.get_value(num).map_err(errno)
+                },
+                refused,
+            ),
+            Command::GetPid => on_set(
+                semid,
+                |set| {
+                    let num = number(set, semnum)?;
+                    set.pid(num).map_err(errno)
+                },
+                refused,
+            ),
+            Command::GetWaitingForIncrease => on_set(
+                semid,
+                |set| {
+                    let num = number(set, semnum)?;
+                    set.ncnt(num).map(|n| n as c_int).map_err(errno)
+                },
+                refused,
+            ),
+            Command::GetWaitingForZero => on_set(
+                semid,
+                |set| {
+                    let num = number(set, semnum)?;
+                    set.zcnt(num).map(|n| n as c_int).map_err(errno)
+                },
+                refused,
+            ),
             Command::SetValue(value) => {
                 // The value is checked before the set is looked up.
                 if !(0..=SEMVMX).contains(&value) {
                     return Err(Errno(libc::ERANGE));
                 }
-                on_set(semid, |set| {
-                    // A negative number is out of range, as in the kernel.
-                    let num = usize::try_from(semnum).unwrap_or(usize::MAX);
-                    set.set_value(num, value).map_err(errno)
-                })?;
+                // A negative number is out of range, as in the kernel.
+                let num = usize::try_from(semnum).unwrap_or(usize::MAX);
+                on_set(
+                    semid,
+                    |set| set.set_value(num, value).map_err(errno),
+                    // SETVAL checks the number before the rights.
+                    |sealed| {
+                        if num >= sealed.nsems() {
+                            Errno::EINVAL
+                        } else {
+                            refused(sealed)
+                        }
+                    },
+                )?;
                 Ok(0)
             }
         }

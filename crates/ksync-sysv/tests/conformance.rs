@@ -378,3 +378,43 @@ fn down_up_benchmark_program_runs_both_ways() {
     let out = compare("sem_pair");
     assert!(has_line(&out, "every semop succeeded: 1"), "{out}");
 }
+
+/// Processes a set's mode shuts out, the owner among them, and a reader
+/// whose rights an `IPC_SET` widens: the kernel's answers, in its order.
+#[test]
+fn permission_checks_for_shut_out_processes() {
+    let out = compare_with(
+        "perm",
+        &[
+            // A process the mode lets alter but not read cannot map the
+            // set's file: the rights it has are of no use to it.
+            Difference {
+                kernel: "04 semop +1 at 0622: ok",
+                shared: "04 semop +1 at 0622: -1 EACCES",
+            },
+            Difference {
+                kernel: "04 SETVAL at 0622: ok",
+                shared: "04 SETVAL at 0622: -1 EACCES",
+            },
+        ],
+    );
+    if has_line(
+        &out,
+        "skipped: not root, so no child can become another user",
+    ) {
+        let bang = "!".repeat(72);
+        eprintln!(
+            "\n{bang}\n!!! SKIPPED conformance::permission_checks_for_shut_out_processes:\n\
+             !!! not root. Nothing was checked.\n{bang}"
+        );
+        return;
+    }
+    assert!(
+        has_line(&out, "01 semget(key, 0, 0) is the set: 1"),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "03 the reader sleeps in the queue: 1"),
+        "{out}"
+    );
+}

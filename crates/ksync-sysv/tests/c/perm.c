@@ -1,0 +1,282 @@
+/* Who may do what with a set its mode shuts a process out of, as the kernel
+ * decides it: ipcperms() checks only the rights a call asks for, after the
+ * checks that come first, and IPC_SET/IPC_RMID go by ownership, not mode.
+ *  01  nobody and a root-owned mode-0600 set: semget finds it when the flags
+ *      ask for no right, EEXIST, EINVAL for nsems, EACCES for the rights
+ *      asked for; semop's EFBIG before EACCES; semctl's EACCES for reads
+ *      and writes, SETVAL's ERANGE and EINVAL (number) before EACCES, EPERM
+ *      for IPC_SET and IPC_RMID
+ *  02  an owner its own mode shuts out (a non-root creator, mode 0, in
+ *      another process of its user): EACCES for reads and writes, yet
+ *      IPC_SET and IPC_RMID by ownership
+ *  03  a reader whose rights grow: nobody reads a 0644 set, is refused
+ *      writes, then writes, and sleeps in the queue, once the owner's
+ *      IPC_SET makes it 0666; refused again at 0644
+ *  04  a writer that may not read (0622): the kernel lets nobody alter the
+ *      set (the shared sets cannot: see the test's differences)
+ *
+ * Each unprivileged process is forked before its set exists, so that it
+ * finds the set on its own (no handle inherited from root). */
+#include "common.h"
+#include <grp.h>
+
+/* A user and group no process of the machine runs as. */
+#define OTHER_UID 4242
+#define OTHER_GID 4242
+
+/* A child with other credentials, and the pipes to talk to it. */
+struct peer {
+    pid_t pid;
+    int to_child;
+    int from_child;
+    int in;  /* the child's ends */
+    int out;
+};
+
+static void put(int fd, int v)
+{
+    if (write(fd, &v, sizeof v) != (ssize_t)sizeof v)
+        die("write(pipe)");
+}
+
+static int get(int fd)
+{
+    int v;
+    if (read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+        die("read(pipe)");
+    return v;
+}
+
+/* Forks a child that drops every group and becomes uid/gid, then runs fn. */
+static void start(struct peer *p, uid_t uid, gid_t gid, void (*fn)(struct peer *))
+{
+    int down[2], up[2];
+    if (pipe(down) == -1 || pipe(up) == -1)
+        die("pipe");
+    fflush(stdout);
+    p->pid = fork();
+    if (p->pid == -1)
+        die("fork");
+    if (p->pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        p->in = down[0];
+        p->out = up[1];
+        if (setgroups(0, NULL) == -1 || setgid(gid) == -1 || setuid(uid) == -1)
+            die("setuid");
+        fn(p);
+        fflush(stdout);
+        _exit(0);
+    }
+    close(down[0]);
+    close(up[1]);
+    p->to_child = down[1];
+    p->from_child = up[0];
+}
+
+static void finish(struct peer *p)
+{
+    int status;
+    close(p->to_child);
+    close(p->from_child);
+    if (waitpid(p->pid, &status, 0) == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        printf("child died\n");
+}
+
+static int op(int id, int num, int value, int flags)
+{
+    struct sembuf sb = { (unsigned short)num, (short)value, (short)flags };
+    return semop(id, &sb, 1);
+}
+
+static int set_value(int id, int num, int value)
+{
+    union semun arg = { .val = value };
+    return semctl(id, num, SETVAL, arg);
+}
+
+/* IPC_SET with a buffer built from scratch: the caller may not read the
+ * set's own (IPC_STAT). */
+static int set_perm(int id, uid_t uid, gid_t gid, int mode)
+{
+    struct semid_ds ds;
+    memset(&ds, 0, sizeof ds);
+    ds.sem_perm.uid = uid;
+    ds.sem_perm.gid = gid;
+    ds.sem_perm.mode = mode;
+    union semun arg = { .buf = &ds };
+    return semctl(id, 0, IPC_SET, arg);
+}
+
+/* The read and write calls a shut-out process is refused. */
+static void refused(const char *tag, int id)
+{
+    char what[96];
+    struct semid_ds ds;
+    union semun arg = { .buf = &ds };
+    unsigned short values[PSEMS] = { 0 };
+    union semun all = { .array = values };
+#define CALL(label, call) (snprintf(what, sizeof what, "%s %s", tag, label), expect_ok(what, call))
+    CALL("IPC_STAT", semctl(id, 0, IPC_STAT, arg));
+    CALL("GETVAL", semctl(id, 0, GETVAL));
+    CALL("GETVAL number out of range", semctl(id, PSEMS, GETVAL));
+    CALL("GETALL", semctl(id, 0, GETALL, all));
+    CALL("GETNCNT", semctl(id, 0, GETNCNT));
+    CALL("GETZCNT", semctl(id, 0, GETZCNT));
+    CALL("GETPID", semctl(id, 0, GETPID));
+    CALL("SETVAL", set_value(id, 0, 1));
+    CALL("SETVAL number out of range", set_value(id, PSEMS, 1));
+    CALL("SETVAL -1", set_value(id, 0, -1));
+    CALL("SETALL", semctl(id, 0, SETALL, all));
+    CALL("semop +1", op(id, 0, 1, IPC_NOWAIT));
+    CALL("semop wait for zero", op(id, 0, 0, IPC_NOWAIT));
+    CALL("semop number out of range", op(id, PSEMS, 1, IPC_NOWAIT));
+#undef CALL
+}
+
+static key_t g_key, g_owners_key;
+
+static void nobody_and_a_closed_set(struct peer *p)
+{
+    int id = get(p->in);
+    printf("01 semget(key, 0, 0) is the set: %d\n", semget(g_key, 0, 0) == id);
+    printf("01 semget(key, PSEMS, 0) is the set: %d\n", semget(g_key, PSEMS, 0) == id);
+    printf("01 semget(key, 0, IPC_CREAT) is the set: %d\n", semget(g_key, 0, IPC_CREAT) == id);
+    expect_ok("01 semget nsems PSEMS+1", semget(g_key, PSEMS + 1, 0));
+    expect_ok("01 semget asking read", semget(g_key, 0, 0400));
+    expect_ok("01 semget asking alter", semget(g_key, 0, 0020));
+    expect_ok("01 semget IPC_CREAT|IPC_EXCL", semget(g_key, 0, IPC_CREAT | IPC_EXCL | 0600));
+    expect_ok("01 semget IPC_CREAT|IPC_EXCL nsems PSEMS+1", semget(g_key, PSEMS + 1, IPC_CREAT | IPC_EXCL | 0600));
+    refused("01 nobody", id);
+    expect_ok("01 IPC_SET by nobody", set_perm(id, NOBODY_UID, NOBODY_GID, 0666));
+    expect_ok("01 IPC_RMID by nobody", semctl(id, 0, IPC_RMID));
+    put(p->out, 1);
+}
+
+static void perm01(void)
+{
+    struct peer p;
+    start(&p, NOBODY_UID, NOBODY_GID, nobody_and_a_closed_set);
+    int id = semget(g_key, PSEMS, IPC_CREAT | IPC_EXCL | 0600);
+    if (id == -1)
+        die("semget(key)");
+    put(p.to_child, id);
+    get(p.from_child);
+    finish(&p);
+    remove_set(id);
+}
+
+static void an_owner_creates(struct peer *p)
+{
+    (void)p;
+    expect_ok("02 semget IPC_CREAT mode 0", semget(g_owners_key, PSEMS, IPC_CREAT | IPC_EXCL | 0));
+}
+
+/* Another process of the creator's user, which finds the set by key. */
+static void an_owner_shut_out(struct peer *p)
+{
+    (void)p;
+    key_t key = g_owners_key;
+    int id = semget(key, 0, 0);
+    expect_ok("02 semget(key, 0, 0) by the owner", id);
+    if (id == -1)
+        return;
+    expect_ok("02 semget asking read", semget(key, 0, 0400));
+    expect_ok("02 semget IPC_CREAT|IPC_EXCL", semget(key, 0, IPC_CREAT | IPC_EXCL | 0600));
+    refused("02 owner", id);
+    expect_ok("02 IPC_SET mode 0600 by the owner", set_perm(id, OTHER_UID, OTHER_GID, 0600));
+    expect_ok("02 SETVAL after", set_value(id, 0, 5));
+    show("02 GETVAL after", semctl(id, 0, GETVAL));
+    expect_ok("02 IPC_SET mode 0 by the owner", set_perm(id, OTHER_UID, OTHER_GID, 0));
+    expect_ok("02 GETVAL at mode 0 again", semctl(id, 0, GETVAL));
+    expect_ok("02 IPC_RMID at mode 0 by the owner", semctl(id, 0, IPC_RMID));
+    expect_ok("02 semget after IPC_RMID", semget(key, 0, 0));
+}
+
+static void perm02(void)
+{
+    struct peer p;
+    start(&p, OTHER_UID, OTHER_GID, an_owner_creates);
+    finish(&p);
+    start(&p, OTHER_UID, OTHER_GID, an_owner_shut_out);
+    finish(&p);
+}
+
+static void a_reader_gains_rights(struct peer *p)
+{
+    int id = get(p->in);
+    show("03 GETVAL at 0644", semctl(id, 0, GETVAL));
+    expect_ok("03 SETVAL at 0644", set_value(id, 0, 1));
+    expect_ok("03 semop +1 at 0644", op(id, 0, 1, IPC_NOWAIT));
+    put(p->out, 1);
+    get(p->in); /* the owner made it 0666 */
+    expect_ok("03 SETVAL at 0666", set_value(id, 0, 1));
+    expect_ok("03 semop +1 at 0666", op(id, 0, 1, IPC_NOWAIT));
+    show("03 GETVAL at 0666", semctl(id, 0, GETVAL));
+    put(p->out, 1);
+    /* Queued, so GETZCNT counts it: the owner waits for that. */
+    expect_ok("03 semop wait for zero at 0666", op(id, 0, 0, 0));
+    put(p->out, 1);
+    get(p->in); /* back to 0644 */
+    expect_ok("03 SETVAL at 0644 again", set_value(id, 0, 1));
+    show("03 GETVAL at 0644 again", semctl(id, 0, GETVAL));
+    put(p->out, 1);
+}
+
+static void perm03(void)
+{
+    struct peer p;
+    start(&p, NOBODY_UID, NOBODY_GID, a_reader_gains_rights);
+    int id = new_set(1, 0644);
+    put(p.to_child, id);
+    get(p.from_child);
+    expect_ok("03 IPC_SET mode 0666 by the owner", set_perm(id, 0, 0, 0666));
+    put(p.to_child, 1);
+    get(p.from_child);
+    printf("03 the reader sleeps in the queue: %d\n", wait_sleepers(id, 0, GETZCNT, 1));
+    int woke = set_value(id, 0, 0);
+    get(p.from_child); /* the child has printed its semop's outcome */
+    expect_ok("03 SETVAL 0 wakes it", woke);
+    expect_ok("03 IPC_SET mode 0644 by the owner", set_perm(id, 0, 0, 0644));
+    put(p.to_child, 1);
+    get(p.from_child);
+    finish(&p);
+    remove_set(id);
+}
+
+static void a_writer_that_may_not_read(struct peer *p)
+{
+    int id = get(p->in);
+    expect_ok("04 semop +1 at 0622", op(id, 0, 1, IPC_NOWAIT));
+    expect_ok("04 SETVAL at 0622", set_value(id, 0, 3));
+    expect_ok("04 GETVAL at 0622", semctl(id, 0, GETVAL));
+    expect_ok("04 IPC_RMID at 0622", semctl(id, 0, IPC_RMID));
+    put(p->out, 1);
+}
+
+static void perm04(void)
+{
+    struct peer p;
+    start(&p, NOBODY_UID, NOBODY_GID, a_writer_that_may_not_read);
+    int id = new_set(1, 0622);
+    put(p.to_child, id);
+    get(p.from_child);
+    finish(&p);
+    remove_set(id);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!is_root()) {
+        printf("skipped: not root, so no child can become another user\n");
+        return 0;
+    }
+    g_key = private_key(1);
+    g_owners_key = private_key(2);
+    perm01();
+    perm02();
+    perm03();
+    perm04();
+    return 0;
+}
