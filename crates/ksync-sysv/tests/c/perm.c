@@ -9,8 +9,8 @@
  *  02  an owner its own mode shuts out (a non-root creator, mode 0, in
  *      another process of its user): EACCES for reads and writes, yet
  *      IPC_SET and IPC_RMID by ownership
- *  03  a reader whose rights grow: nobody reads a 0644 set, is refused
- *      writes, then writes, and sleeps in the queue, once the owner's
+ *  03  a reader whose rights grow: nobody reads a 0644 set and counts its
+ *      sleepers, is refused writes, then writes, and sleeps in the queue, once the owner's
  *      IPC_SET makes it 0666; refused again at 0644
  *  04  a writer that may not read (0622): the kernel lets nobody alter the
  *      set (the shared sets cannot: see the test's differences)
@@ -206,6 +206,8 @@ static void a_reader_gains_rights(struct peer *p)
 {
     int id = get(p->in);
     show("03 GETVAL at 0644", semctl(id, 0, GETVAL));
+    show("03 GETNCNT at 0644", semctl(id, 0, GETNCNT));
+    show("03 GETZCNT at 0644", semctl(id, 0, GETZCNT));
     expect_ok("03 SETVAL at 0644", set_value(id, 0, 1));
     expect_ok("03 semop +1 at 0644", op(id, 0, 1, IPC_NOWAIT));
     put(p->out, 1);
@@ -228,8 +230,21 @@ static void perm03(void)
     struct peer p;
     start(&p, NOBODY_UID, NOBODY_GID, a_reader_gains_rights);
     int id = new_set(1, 0644);
+    /* A sleeper for the reader to count (root's, forked after the set). */
+    fflush(stdout);
+    pid_t sleeper = fork();
+    if (sleeper == -1)
+        die("fork");
+    if (sleeper == 0)
+        _exit(op(id, 0, -1, 0) == 0 ? 0 : 1);
+    if (!wait_sleepers(id, 0, GETNCNT, 1))
+        return;
     put(p.to_child, id);
     get(p.from_child);
+    expect_ok("03 semop +1 lets the sleeper go", op(id, 0, 1, 0));
+    int status;
+    waitpid(sleeper, &status, 0);
+    printf("03 the sleeper took it: %d\n", WIFEXITED(status) && WEXITSTATUS(status) == 0);
     expect_ok("03 IPC_SET mode 0666 by the owner", set_perm(id, 0, 0, 0666));
     put(p.to_child, 1);
     get(p.from_child);

@@ -39,6 +39,66 @@ pub(super) struct Locked<'a> {
     eval: Eval,
 }
 
+/// A queued sleeper's operations in `map`, checked against the layout, into
+/// `ops`. Under the lock, the sleeper's; without it (a read-only handle's
+/// count, [`count_sleepers_in`]), words another process may be changing,
+/// which the checks keep in bounds.
+fn sleeper_ops_into(map: &Mapping, slot: usize, ops: &mut Vec<SemBuf>) -> Result<(), SemError> {
+    let layout = &map.layout;
+    ops.clear();
+    let nsops = map.load(layout.sleeper(slot, sleeper::NSOPS)) as usize;
+    if nsops == 0 || nsops > SEMOPM {
+        return Err(SemError::Invalid);
+    }
+    for i in 0..nsops {
+        let packed = map.load(layout.sleeper(slot, sleeper::OPS + 2 * i));
+        let flags = map.load(layout.sleeper(slot, sleeper::OPS + 2 * i + 1));
+        let sop = SemBuf::new(packed as u16, (packed >> 16) as u16 as i16, flags as i16);
+        if usize::from(sop.num) >= layout.nsems {
+            return Err(SemError::Invalid);
+        }
+        ops.push(sop);
+    }
+    Ok(())
+}
+
+/// `map`'s queue in order, checked: every link names a slot, and there are
+/// no more entries than slots (a cycle in a corrupt file ends here).
+fn queue_of(map: &Mapping, out: &mut Vec<usize>) -> Result<(), SemError> {
+    out.clear();
+    let mut next = map.load(header::QUEUE_HEAD) as usize;
+    while next != 0 {
+        if next > NSLEEP || out.len() == NSLEEP {
+            return Err(SemError::Invalid);
+        }
+        out.push(next - 1);
+        next = map.load(map.layout.link(next - 1)) as usize;
+    }
+    Ok(())
+}
+
+/// Sleepers counted by `GETNCNT` (`zero` false) or `GETZCNT` for `num`:
+/// those whose blocking operation is on `num`, as the kernel counts them.
+/// Exact under the lock ([`Locked::count_sleepers`]); a read-only handle,
+/// which cannot take the lock, counts without it
+/// (`SharedSemSet::count`).
+pub(super) fn count_sleepers_in(map: &Mapping, num: usize, zero: bool) -> Result<usize, SemError> {
+    let mut queue = Vec::new();
+    queue_of(map, &mut queue)?;
+    let mut ops = Vec::new();
+    let mut n = 0;
+    for slot in queue {
+        sleeper_ops_into(map, slot, &mut ops)?;
+        let at = map.load(map.layout.sleeper(slot, sleeper::BLOCKING)) as usize;
+        if let Some(sop) = ops.get(at) {
+            if usize::from(sop.num) == num && (sop.op == 0) == zero {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
 /// The buffers a [`Locked`] works in, kept per thread between calls: a call
 /// on the locked path would otherwise allocate and free several small
 /// vectors, which cost about as much as the rest of the call.
@@ -237,24 +297,7 @@ impl<'a> Locked<'a> {
         slot: usize,
         ops: &mut Vec<SemBuf>,
     ) -> Result<(), SemError> {
-        let layout = self.layout();
-        ops.clear();
-        let nsops = self.map.load(layout.sleeper(slot, sleeper::NSOPS)) as usize;
-        if nsops == 0 || nsops > SEMOPM {
-            return Err(SemError::Invalid);
-        }
-        for i in 0..nsops {
-            let packed = self.map.load(layout.sleeper(slot, sleeper::OPS + 2 * i));
-            let flags = self
-                .map
-                .load(layout.sleeper(slot, sleeper::OPS + 2 * i + 1));
-            let sop = SemBuf::new(packed as u16, (packed >> 16) as u16 as i16, flags as i16);
-            if usize::from(sop.num) >= layout.nsems {
-                return Err(SemError::Invalid);
-            }
-            ops.push(sop);
-        }
-        Ok(())
+        sleeper_ops_into(self.map, slot, ops)
     }
 
     /// The queue in order, checked: every link names a slot, and there are
@@ -267,16 +310,7 @@ impl<'a> Locked<'a> {
 
     /// [`queue`](Self::queue) into a buffer the caller reuses.
     pub(super) fn queue_into(&self, out: &mut Vec<usize>) -> Result<(), SemError> {
-        out.clear();
-        let mut next = self.map.load(header::QUEUE_HEAD) as usize;
-        while next != 0 {
-            if next > NSLEEP || out.len() == NSLEEP {
-                return Err(SemError::Invalid);
-            }
-            out.push(next - 1);
-            next = self.map.load(self.layout().link(next - 1)) as usize;
-        }
-        Ok(())
+        queue_of(self.map, out)
     }
 
     /// Takes `slot`, at `place` in the queue, out of it and marks it done
@@ -448,19 +482,7 @@ impl<'a> Locked<'a> {
     /// Sleepers counted by `GETNCNT` (`zero` false) or `GETZCNT` for `num`:
     /// those whose blocking operation is on `num`, as the kernel counts them.
     pub(super) fn count_sleepers(&self, num: usize, zero: bool) -> Result<usize, SemError> {
-        let mut n = 0;
-        for slot in self.queue()? {
-            let ops = self.sleeper_ops(slot)?;
-            let at = self
-                .map
-                .load(self.layout().sleeper(slot, sleeper::BLOCKING)) as usize;
-            if let Some(sop) = ops.get(at) {
-                if usize::from(sop.num) == num && (sop.op == 0) == zero {
-                    n += 1;
-                }
-            }
-        }
-        Ok(n)
+        count_sleepers_in(self.map, num, zero)
     }
 
     /// Adopts what dead processes left: their queued sleepers leave the

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
-use super::engine::{sweep_due, touch_otime, Locked};
+use super::engine::{count_sleepers_in, sweep_due, touch_otime, Locked};
 use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
     header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, NSLEEP, READY, REMOVED,
@@ -348,6 +348,10 @@ impl SealedSemSet {
         Err(SemError::Permission)
     }
 }
+
+/// How often a read-only handle's `GETNCNT`/`GETZCNT` walks the queue again
+/// after meeting it half changed, before it calls the file corrupt.
+const UNLOCKED_WALKS: usize = 16;
 
 /// Read permission, for `IPC_STAT` and the `GET` commands.
 const READ: i32 = 0o444;
@@ -1142,6 +1146,22 @@ impl SharedSemSet {
     fn count(&self, num: usize, zero: bool) -> Result<usize, SemError> {
         check_num(num, self.nsems())?;
         self.check(READ)?;
+        if !self.writable() {
+            // A reader cannot take the lock (it has no process slot), so it
+            // walks the queue as it stands, as its other reads do. A walk
+            // that meets a queue being changed under it (a link or a
+            // sleeper's operations half written) looks again; one that
+            // keeps failing is a file that fails the checks.
+            let mut result = count_sleepers_in(&self.map, num, zero);
+            for _ in 0..UNLOCKED_WALKS {
+                if result.is_ok() {
+                    break;
+                }
+                std::thread::yield_now();
+                result = count_sleepers_in(&self.map, num, zero);
+            }
+            return self.unless_poisoned(result);
+        }
         let mut held = Locked::enter(&self.map, self.me()?)?;
         held.reap();
         let result = held.count_sleepers(num, zero);
