@@ -396,6 +396,17 @@ fn permission_checks_for_shut_out_processes() {
                 kernel: "04 SETVAL at 0622: ok",
                 shared: "04 SETVAL at 0622: -1 EACCES",
             },
+            // Only root can change a file's owner: the owner an
+            // unprivileged IPC_SET names has the file's other rights (none
+            // at 0600) and is not the owner the file names.
+            Difference {
+                kernel: "05 GETVAL by the new owner: ok",
+                shared: "05 GETVAL by the new owner: -1 EACCES",
+            },
+            Difference {
+                kernel: "05 IPC_SET by the new owner: ok",
+                shared: "05 IPC_SET by the new owner: -1 EPERM",
+            },
         ],
     );
     if has_line(

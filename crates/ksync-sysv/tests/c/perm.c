@@ -14,6 +14,10 @@
  *      IPC_SET makes it 0666; refused again at 0644
  *  04  a writer that may not read (0622): the kernel lets nobody alter the
  *      set (the shared sets cannot: see the test's differences)
+ *  05  an owner the set's file does not name: a non-root creator gives its
+ *      set to nobody, which the kernel then treats as the owner (the
+ *      shared sets cannot: only root can change a file's owner); the
+ *      creator still removes it
  *
  * Each unprivileged process is forked before its set exists, so that it
  * finds the set on its own (no handle inherited from root). */
@@ -134,7 +138,7 @@ static void refused(const char *tag, int id)
 #undef CALL
 }
 
-static key_t g_key, g_owners_key;
+static key_t g_key, g_owners_key, g_given_key;
 
 static void nobody_and_a_closed_set(struct peer *p)
 {
@@ -280,6 +284,40 @@ static void perm04(void)
     remove_set(id);
 }
 
+static void a_creator_gives_it_away(struct peer *p)
+{
+    (void)p;
+    int id = semget(g_given_key, 1, IPC_CREAT | IPC_EXCL | 0600);
+    expect_ok("05 semget by the creator", id);
+    expect_ok("05 IPC_SET uid nobody by the creator", set_perm(id, NOBODY_UID, NOBODY_GID, 0600));
+}
+
+static void the_new_owner(struct peer *p)
+{
+    (void)p;
+    int id = semget(g_given_key, 0, 0);
+    expect_ok("05 semget(key, 0, 0) by the new owner", id);
+    expect_ok("05 GETVAL by the new owner", semctl(id, 0, GETVAL));
+    expect_ok("05 IPC_SET by the new owner", set_perm(id, NOBODY_UID, NOBODY_GID, 0600));
+}
+
+static void the_creator_removes_it(struct peer *p)
+{
+    (void)p;
+    expect_ok("05 IPC_RMID by the creator", semctl(semget(g_given_key, 0, 0), 0, IPC_RMID));
+}
+
+static void perm05(void)
+{
+    struct peer p;
+    start(&p, OTHER_UID, OTHER_GID, a_creator_gives_it_away);
+    finish(&p);
+    start(&p, NOBODY_UID, NOBODY_GID, the_new_owner);
+    finish(&p);
+    start(&p, OTHER_UID, OTHER_GID, the_creator_removes_it);
+    finish(&p);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -289,9 +327,11 @@ int main(void)
     }
     g_key = private_key(1);
     g_owners_key = private_key(2);
+    g_given_key = private_key(3);
     perm01();
     perm02();
     perm03();
     perm04();
+    perm05();
     return 0;
 }
