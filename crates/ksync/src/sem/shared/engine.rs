@@ -222,7 +222,8 @@ impl<'a> Locked<'a> {
     }
 
     /// Queues the caller as a sleeper blocked at operation `blocking`;
-    /// returns its slot. `ENOSPC` when [`NSLEEP`] threads already sleep.
+    /// returns its slot. `ENOSPC` when [`NSLEEP`] threads already sleep:
+    /// the caller frees the dead's slots first ([`make_room`](Self::make_room)).
     pub(super) fn enqueue(&mut self, sops: &[SemBuf], blocking: usize) -> Result<usize, SemError> {
         let tail = self.map.load(header::QUEUE_TAIL) as usize;
         if tail > NSLEEP {
@@ -274,6 +275,22 @@ impl<'a> Locked<'a> {
             .word(header::SLEEP_HINT)
             .store(((slot + 1) % NSLEEP) as u32, Ordering::Relaxed);
         Ok(slot)
+    }
+
+    /// Whether a sleeper slot is free, for a call about to queue.
+    pub(super) fn has_room(&self) -> bool {
+        self.free_sleeper().is_ok()
+    }
+
+    /// Frees the sleeper slots the dead hold, whatever the rate limit of
+    /// [`reap_if_due`](Self::reap_if_due) says: a call must not answer
+    /// `ENOSPC` for a table full of sleepers nobody will ever collect
+    /// (those of dead processes, and of slots that passed to others), and
+    /// a full table is rare enough that searching every process then costs
+    /// nothing on the paths that matter.
+    pub(super) fn make_room(&mut self) {
+        self.reap();
+        self.drop_orphan_sleepers();
     }
 
     fn free_sleeper(&self) -> Result<usize, SemError> {
@@ -826,11 +843,50 @@ const REAP_EVERY_MS: u32 = 10;
 /// A coarse monotonic clock in milliseconds, the same in every process
 /// (wrapping; only differences are used).
 pub(super) fn coarse_ms() -> u32 {
+    #[cfg(test)]
+    if let Some(ms) = frozen_clock::now() {
+        return ms;
+    }
     // SAFETY: plain old data; clock_gettime fills it (from the vDSO).
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000) as u32
+}
+
+/// A test's hold on [`coarse_ms`] in its own thread, so that "a reap ran
+/// less than 10 ms ago" (or a sweep less than 100 ms ago) stays true for
+/// as long as the test needs, however slowly the machine runs it: tests of
+/// what a call does when the rate limits hold it back must not depend on
+/// how fast they run.
+#[cfg(test)]
+pub(super) mod frozen_clock {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static FROZEN: Cell<Option<u32>> = const { Cell::new(None) };
+    }
+
+    /// Stops this thread's clock until the guard drops.
+    pub(in crate::sem::shared) fn freeze() -> Frozen {
+        FROZEN.with(|f| f.set(None));
+        let at = super::coarse_ms();
+        FROZEN.with(|f| f.set(Some(at)));
+        Frozen(at)
+    }
+
+    pub(super) fn now() -> Option<u32> {
+        FROZEN.with(|f| f.get())
+    }
+
+    /// The clock's frozen reading; unfreezes on drop.
+    pub(in crate::sem::shared) struct Frozen(pub(in crate::sem::shared) u32);
+
+    impl Drop for Frozen {
+        fn drop(&mut self) {
+            FROZEN.with(|f| f.set(None));
+        }
+    }
 }
 
 /// Counts `by` recovery events (statistics only: not journalled, never trusted).
@@ -843,5 +899,142 @@ pub(super) fn touch_otime(map: &Mapping) {
     let now = now_secs() as u32;
     if map.load(header::OTIME) != now {
         map.word(header::OTIME).store(now, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::set::tests::Scratch;
+    use super::super::set::SharedSemSet;
+    use super::frozen_clock::{self, Frozen};
+    use super::*;
+    use std::time::Duration;
+
+    /// A `fork` child of the test process, killed (`SIGKILL`) and waited
+    /// for when dropped: a process that dies in a set however it dies.
+    struct Child(libc::pid_t);
+
+    impl Child {
+        /// Forks a child that runs `ready`, reports its answer, and if it
+        /// succeeded runs `then` and waits to be killed; returns once the
+        /// child reported, failing the test if `ready` failed. The child
+        /// never returns into the test harness, which another thread of
+        /// the parent may be running.
+        fn fork(ready: impl FnOnce() -> bool, then: impl FnOnce()) -> Child {
+            let mut fds = [0; 2];
+            // SAFETY: a valid array of two descriptors.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            // SAFETY: the child only uses this set (whose library takes its
+            // locks across a fork, `procs.rs`) and `_exit`s.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let ok =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(ready)).unwrap_or(false);
+                let byte = [u8::from(ok)];
+                // SAFETY: a valid buffer of one byte on the pipe's write end.
+                unsafe { libc::write(fds[1], byte.as_ptr().cast(), 1) };
+                if ok {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(then));
+                    loop {
+                        // SAFETY: waits for the parent's signal.
+                        unsafe { libc::pause() };
+                    }
+                }
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(1) };
+            }
+            // SAFETY: closes the write end this process does not use.
+            unsafe { libc::close(fds[1]) };
+            let mut byte = [0u8];
+            // SAFETY: a valid buffer of one byte on the pipe's read end.
+            let n = unsafe { libc::read(fds[0], byte.as_mut_ptr().cast(), 1) };
+            // SAFETY: the read end, no longer used.
+            unsafe { libc::close(fds[0]) };
+            let child = Child(pid);
+            assert_eq!((n, byte[0]), (1, 1), "the child failed to get ready");
+            child
+        }
+
+        /// Kills the child and waits for it: after this, it is dead, and
+        /// its slot's liveness lock is free.
+        fn kill(self) {
+            drop(self);
+        }
+    }
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let mut status = 0;
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(self.0, libc::SIGKILL);
+                libc::waitpid(self.0, &mut status, 0);
+            }
+        }
+    }
+
+    /// Nothing more for a child to do than to live.
+    fn idle() {}
+
+    /// In a child: fills every sleeper slot with a sleeper of this
+    /// process on a decrement of semaphore 0, without sleeping in any.
+    fn fill_sleeper_table(set: &SharedSemSet) -> bool {
+        let Ok(me) = set.me() else { return false };
+        let Ok(mut held) = Locked::enter(&set.map, me) else {
+            return false;
+        };
+        held.hold_sem(0);
+        (0..NSLEEP).all(|_| held.enqueue(&[SemBuf::new(0, -1, 0)], 0).is_ok())
+    }
+
+    /// Stops this thread's clock just after a search for the dead and a
+    /// sweep, so that neither is due again in this thread's calls (they
+    /// ran "less than 10 ms ago", for as long as the test runs).
+    fn just_reaped_and_swept(set: &SharedSemSet) -> Frozen {
+        let clock = frozen_clock::freeze();
+        set.map
+            .word(header::LAST_REAP)
+            .store(clock.0, Ordering::Relaxed);
+        set.map
+            .word(header::LAST_SWEEP)
+            .store(clock.0, Ordering::Relaxed);
+        clock
+    }
+
+    /// A call that would sleep, timed out at once unless completed.
+    fn down_briefly(set: &SharedSemSet) -> Result<(), SemError> {
+        set.semtimedop(&[SemBuf::new(0, -1, 0)], Some(Duration::from_millis(1)))
+    }
+
+    /// A table full of a killed process's sleepers, seen by a call right
+    /// after a search for the dead that found that process alive: the call
+    /// frees the dead's slots and queues (to time out) instead of
+    /// answering ENOSPC.
+    #[test]
+    fn a_full_table_of_the_deads_sleepers_is_no_enospc_however_recent_the_last_reap() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        set.me().unwrap();
+        let filler = Child::fork(|| fill_sleeper_table(set), idle);
+        let _clock = just_reaped_and_swept(set);
+        filler.kill();
+        assert_eq!(down_briefly(set), Err(SemError::Again));
+        assert_eq!(set.recovery_stats().reaped, 1);
+        assert_eq!(set.ncnt(0), Ok(0));
+    }
+
+    /// The same table, its process alive: ENOSPC, as before.
+    #[test]
+    fn a_full_table_of_the_livings_sleepers_is_enospc() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        set.me().unwrap();
+        let filler = Child::fork(|| fill_sleeper_table(set), idle);
+        let _clock = just_reaped_and_swept(set);
+        assert_eq!(down_briefly(set), Err(SemError::NoSpace));
+        assert_eq!(set.recovery_stats().reaped, 0);
+        assert_eq!(set.ncnt(0), Ok(NSLEEP));
+        filler.kill();
     }
 }

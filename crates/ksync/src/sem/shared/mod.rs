@@ -46,7 +46,9 @@
 //! * **The dead's leftovers are adopted by the living** (`engine.rs`,
 //!   `Locked::reap`): in every control call, before a call would block or
 //!   fail with `EAGAIN` (before sleeping at most every 10 ms, before failing
-//!   always: a reaped child's undo is seen at once), and in one timed sleeper of
+//!   always: a reaped child's undo is seen at once; before answering
+//!   `ENOSPC` for want of a sleeper slot, always: the dead's sleepers may
+//!   fill the table), and in one timed sleeper of
 //!   the set every 100 ms (`Locked::sweep`; under steady traffic, when no
 //!   timed sleeper times out, in the next call through the lock once 100 ms
 //!   have passed), the lock holder looks for dead slots;

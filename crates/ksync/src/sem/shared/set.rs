@@ -602,7 +602,7 @@ impl SharedSemSet {
 
     /// This process's slot, claimed (and a dead predecessor's leftovers in
     /// it adopted) on first use and again after a `fork`.
-    fn me(&self) -> Result<Me, SemError> {
+    pub(super) fn me(&self) -> Result<Me, SemError> {
         let pid = current_pid();
         let cached = self.me.load(Ordering::Relaxed);
         if cached != 0 && (cached >> 32) as i32 == pid {
@@ -803,6 +803,9 @@ impl SharedSemSet {
         // A call on several semaphores found blocked polls once before it
         // queues (`poll_values`), then takes the lock again.
         let mut may_poll = polls_before_queueing(sops);
+        // Whether this call already freed the dead's sleeper slots (once
+        // is enough: what it left full is full of the living).
+        let mut made_room = false;
         let (mut held, blocking) = loop {
             let mut held = Locked::enter(&self.map, self.me()?)?;
             if held.removed() {
@@ -844,6 +847,15 @@ impl SharedSemSet {
                     Outcome::Failed(e) => return Err(e),
                     Outcome::Blocked(_) if !reaped && held.reap_if_due() => reaped = true,
                     Outcome::Blocked(_) if will_not_wait => return Err(SemError::Again),
+                    // No slot to queue in: the table may be full of the
+                    // dead's sleepers, which a reap done less than 10 ms ago
+                    // (`reap_if_due`) did not see die. Free them before
+                    // `enqueue` answers ENOSPC; their undo may also have
+                    // made the call possible, so it is evaluated again.
+                    Outcome::Blocked(_) if !made_room && !held.has_room() => {
+                        made_room = true;
+                        held.make_room();
+                    }
                     Outcome::Blocked(at) => break at,
                 }
             };
