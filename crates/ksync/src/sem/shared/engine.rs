@@ -516,18 +516,105 @@ impl<'a> Locked<'a> {
         found
     }
 
-    /// [`reap`](Self::reap) of the processes whose undo could change a
-    /// value `sops` names (a nonzero adjustment for one of its semaphores):
-    /// only theirs can let a blocked call through. For a call about to fail
-    /// with `EAGAIN`, which must see a reaped child's undo (the kernel
-    /// applies it before `waitpid` returns), at a `fcntl` per such process
-    /// rather than per live one.
+    /// [`reap`](Self::reap) of the processes whose undo could let `sops`
+    /// through: those with a nonzero adjustment for a semaphore in its
+    /// [`reach`](Self::reach_of). For a call about to fail with `EAGAIN`,
+    /// which must see a reaped child's undo (the kernel applies it before
+    /// `waitpid` returns), at a `fcntl` per such process rather than per
+    /// live one.
     pub(super) fn reap_adjusters_of(&mut self, sops: &[SemBuf]) -> bool {
         let map = self.map;
-        self.reap_where(|slot| {
-            sops.iter()
-                .any(|s| adjustment(map, slot, usize::from(s.num)) != 0)
-        })
+        match self.reach_of(sops) {
+            Reach::Own => self.reap_where(|slot| {
+                sops.iter()
+                    .any(|s| adjustment(map, slot, usize::from(s.num)) != 0)
+            }),
+            Reach::Sems(nums) => {
+                self.reap_where(|slot| nums.iter().any(|&num| adjustment(map, slot, num) != 0))
+            }
+            Reach::Unknown => self.reap(),
+        }
+    }
+
+    /// The semaphores whose values an undo must change to let `sops`
+    /// through: its own, and, to a fixpoint, every semaphore named by a
+    /// queued sleeper that alters one of them. Such a sleeper, completed
+    /// by the undo of a semaphore it names, changes a value the call
+    /// reads: a dead process holding a unit of semaphore 1, adopted, lets
+    /// a sleeper that takes 1 and posts 0 complete, and a call on 0 alone
+    /// through (the kernel's exit does the same before `waitpid` returns).
+    ///
+    /// Why nothing outside the reach matters: outside a call no queued
+    /// sleeper of a living process can complete (each change completes
+    /// what it enabled), so an undo that changes only values outside the
+    /// reach completes no sleeper that alters one inside it (all it names
+    /// is inside), and the values inside, which alone decide `sops`, stay
+    /// as they are. Sleepers of the dead are in the queue too, which only
+    /// widens the reach.
+    fn reach_of(&self, sops: &[SemBuf]) -> Reach {
+        // No sleeper: the call's own semaphores, without allocating (a
+        // trylock loop of IPC_NOWAIT calls comes here on every failure).
+        if self.map.load(header::QUEUE_HEAD) == 0 {
+            return Reach::Own;
+        }
+        let (Ok(queue), nsems) = (self.queue(), self.layout().nsems) else {
+            return Reach::Unknown;
+        };
+        // Every sleeper's operations, one after another, and where each
+        // sleeper's start.
+        let mut ops = Vec::new();
+        let mut starts = Vec::with_capacity(queue.len() + 1);
+        let mut one = Vec::new();
+        for &slot in &queue {
+            if self.read_sleeper_ops(slot, &mut one).is_err() {
+                return Reach::Unknown;
+            }
+            starts.push(ops.len());
+            ops.extend_from_slice(&one);
+        }
+        starts.push(ops.len());
+        // (semaphore, sleeper) for each alteration, sorted: the sleepers
+        // that alter a semaphore are a range, so the walk below costs
+        // O(operations log operations) however the sleepers chain.
+        let mut alters: Vec<(u16, u32)> = Vec::new();
+        for i in 0..queue.len() {
+            for sop in &ops[starts[i]..starts[i + 1]] {
+                if sop.op != 0 {
+                    alters.push((sop.num, i as u32));
+                }
+            }
+        }
+        alters.sort_unstable();
+        let mut reached = vec![false; nsems];
+        let mut absorbed = vec![false; queue.len()];
+        let mut nums = Vec::new();
+        for sop in sops {
+            let num = usize::from(sop.num);
+            if !reached[num] {
+                reached[num] = true;
+                nums.push(num);
+            }
+        }
+        let mut next = 0;
+        while next < nums.len() {
+            let num = nums[next] as u16;
+            next += 1;
+            let from = alters.partition_point(|&(n, _)| n < num);
+            for &(_, i) in alters[from..].iter().take_while(|&&(n, _)| n == num) {
+                let i = i as usize;
+                if std::mem::replace(&mut absorbed[i], true) {
+                    continue;
+                }
+                for sop in &ops[starts[i]..starts[i + 1]] {
+                    let num = usize::from(sop.num);
+                    if !reached[num] {
+                        reached[num] = true;
+                        nums.push(num);
+                    }
+                }
+            }
+        }
+        Reach::Sems(nums)
     }
 
     /// Adopts the leftovers of every dead process among the other live
@@ -788,6 +875,16 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// What [`Locked::reach_of`] found.
+enum Reach {
+    /// No sleeper is queued: the call's own semaphores.
+    Own,
+    /// These semaphores.
+    Sems(Vec<usize>),
+    /// The queue is corrupt: every semaphore, to be safe.
+    Unknown,
+}
+
 /// Where a sleeper leaving the queue sits in it, for
 /// [`Locked::finish_sleeper`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -854,6 +951,19 @@ pub(super) fn coarse_ms() -> u32 {
     (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000) as u32
 }
 
+/// Counts `by` recovery events (statistics only: not journalled, never trusted).
+fn bump(map: &Mapping, counter: usize, by: u32) {
+    map.word(counter).fetch_add(by, Ordering::Relaxed);
+}
+
+/// Records the time of a successful operation (seconds; a store only when it changed).
+pub(super) fn touch_otime(map: &Mapping) {
+    let now = now_secs() as u32;
+    if map.load(header::OTIME) != now {
+        map.word(header::OTIME).store(now, Ordering::Relaxed);
+    }
+}
+
 /// A test's hold on [`coarse_ms`] in its own thread, so that "a reap ran
 /// less than 10 ms ago" (or a sweep less than 100 ms ago) stays true for
 /// as long as the test needs, however slowly the machine runs it: tests of
@@ -889,25 +999,14 @@ pub(super) mod frozen_clock {
     }
 }
 
-/// Counts `by` recovery events (statistics only: not journalled, never trusted).
-fn bump(map: &Mapping, counter: usize, by: u32) {
-    map.word(counter).fetch_add(by, Ordering::Relaxed);
-}
-
-/// Records the time of a successful operation (seconds; a store only when it changed).
-pub(super) fn touch_otime(map: &Mapping) {
-    let now = now_secs() as u32;
-    if map.load(header::OTIME) != now {
-        map.word(header::OTIME).store(now, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::procs::probes;
     use super::super::set::tests::Scratch;
     use super::super::set::SharedSemSet;
     use super::frozen_clock::{self, Frozen};
     use super::*;
+    use crate::sem::{IPC_NOWAIT, SEM_UNDO};
     use std::time::Duration;
 
     /// A `fork` child of the test process, killed (`SIGKILL`) and waited
@@ -1036,5 +1135,64 @@ mod tests {
         assert_eq!(set.recovery_stats().reaped, 0);
         assert_eq!(set.ncnt(0), Ok(NSLEEP));
         filler.kill();
+    }
+
+    /// What a call on semaphore 0 that cannot wait for long (`flags`,
+    /// `timeout`) answers after a process that held a unit with
+    /// `SEM_UNDO` was killed, with the search for the dead's sleepers
+    /// rate-limited away: a unit of semaphore 0 itself (`via_sleeper`
+    /// false), or of semaphore 1, which a living process sleeps to take as
+    /// it posts 0. The kernel applies the undo as the holder dies, which
+    /// completes that sleeper, so either way the call succeeds. Also
+    /// returns how many processes the call probed for death: a bystander
+    /// lives with an adjustment on semaphore 2 alone, and the poster with
+    /// none, and only the holder's adjustments can let the call through.
+    fn after_a_holders_death(
+        flags: i16,
+        timeout: Option<Duration>,
+        via_sleeper: bool,
+    ) -> (Result<(), SemError>, u64) {
+        let scratch = Scratch::new(3);
+        let set = &scratch.0;
+        set.me().unwrap();
+        let held = usize::from(via_sleeper);
+        set.set_value(held, 1).unwrap();
+        let holder = Child::fork(
+            || set.semop(&[SemBuf::new(held as u16, -1, SEM_UNDO)]).is_ok(),
+            idle,
+        );
+        let _bystander = Child::fork(|| set.semop(&[SemBuf::new(2, 1, SEM_UNDO)]).is_ok(), idle);
+        let _poster = Child::fork(
+            || set.me().is_ok(),
+            || {
+                if via_sleeper {
+                    let _ = set.semop(&[SemBuf::new(1, -1, 0), SemBuf::new(0, 1, 0)]);
+                }
+            },
+        );
+        if via_sleeper {
+            while set.ncnt(1) != Ok(1) {
+                std::thread::yield_now();
+            }
+        }
+        let _clock = just_reaped_and_swept(set);
+        holder.kill();
+        let before = probes::made();
+        let result = set.semtimedop(&[SemBuf::new(0, -1, flags)], timeout);
+        let probed = probes::made() - before;
+        if result.is_ok() {
+            assert_eq!(set.get_all(), Ok(vec![0, 0, 1]));
+        }
+        (result, probed)
+    }
+
+    #[test]
+    fn a_call_that_will_not_wait_gets_a_dead_holders_undo_probing_only_holders() {
+        assert_eq!(after_a_holders_death(IPC_NOWAIT, None, false), (Ok(()), 1));
+    }
+
+    #[test]
+    fn a_call_that_will_not_wait_gets_a_dead_holders_undo_through_a_sleeper() {
+        assert_eq!(after_a_holders_death(IPC_NOWAIT, None, true), (Ok(()), 1));
     }
 }

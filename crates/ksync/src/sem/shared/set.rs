@@ -824,7 +824,8 @@ impl SharedSemSet {
                 }
                 // A dead process's undo may make it possible: look once.
                 // Before failing with EAGAIN, always, at the processes that
-                // hold adjustments for these semaphores: the kernel applies
+                // hold adjustments for these semaphores, or for those of a
+                // sleeper that could post them (`reach_of`): the kernel applies
                 // a process's undo before its parent's `waitpid` returns,
                 // and a call that will not wait answers at once. Before
                 // sleeping, at everyone at most every 10 ms (`reap_if_due`):
