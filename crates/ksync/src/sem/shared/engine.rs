@@ -520,8 +520,8 @@ impl<'a> Locked<'a> {
     /// through: those with a nonzero adjustment for a semaphore in its
     /// [`reach`](Self::reach_of). For a call about to fail with `EAGAIN`,
     /// which must see a reaped child's undo (the kernel applies it before
-    /// `waitpid` returns), at a `fcntl` per such process rather than per
-    /// live one.
+    /// `waitpid` returns), or a sleeper about to time out with it, at a
+    /// `fcntl` per such process rather than per live one.
     pub(super) fn reap_adjusters_of(&mut self, sops: &[SemBuf]) -> bool {
         let map = self.map;
         match self.reach_of(sops) {
@@ -1194,5 +1194,17 @@ mod tests {
     #[test]
     fn a_call_that_will_not_wait_gets_a_dead_holders_undo_through_a_sleeper() {
         assert_eq!(after_a_holders_death(IPC_NOWAIT, None, true), (Ok(()), 1));
+    }
+
+    #[test]
+    fn a_timed_out_call_gets_a_dead_holders_undo_probing_only_holders() {
+        let brief = Some(Duration::from_millis(1));
+        assert_eq!(after_a_holders_death(0, brief, false), (Ok(()), 1));
+    }
+
+    #[test]
+    fn a_timed_out_call_gets_a_dead_holders_undo_through_a_sleeper() {
+        let brief = Some(Duration::from_millis(1));
+        assert_eq!(after_a_holders_death(0, brief, true), (Ok(()), 1));
     }
 }

@@ -869,7 +869,7 @@ impl SharedSemSet {
         };
         let slot = held.enqueue(sops, blocking)?;
         drop(held);
-        let result = self.sleep(slot, deadline, polled);
+        let result = self.sleep(slot, sops, deadline, polled);
         // Woken, timed out or cut short, the wait is over (`poll_learner`).
         wait_ended();
         result
@@ -962,10 +962,17 @@ impl SharedSemSet {
         Some(Ok(()))
     }
 
-    /// Waits in sleeper slot `slot` until a waker publishes the result, the
-    /// deadline passes, or the set is removed. `polled`: the caller spent
-    /// this wait's polls before it queued (`poll_fast`), so it sleeps at once.
-    fn sleep(&self, slot: usize, deadline: Option<Instant>, polled: bool) -> Result<(), SemError> {
+    /// Waits in sleeper slot `slot`, queued for `sops`, until a waker
+    /// publishes the result, the deadline passes, or the set is removed.
+    /// `polled`: the caller spent this wait's polls before it queued
+    /// (`poll_fast`), so it sleeps at once.
+    fn sleep(
+        &self,
+        slot: usize,
+        sops: &[SemBuf],
+        deadline: Option<Instant>,
+        polled: bool,
+    ) -> Result<(), SemError> {
         let layout = self.map.layout;
         let status = self.map.word(layout.sleeper(slot, sleeper::STATUS));
         // Poll first, for the budget this thread learned (as the in-process
@@ -1033,9 +1040,12 @@ impl SharedSemSet {
                         asleep.leave();
                         let mut held = Locked::enter(&self.map, self.me()?)?;
                         // A dead process's undo, applied now, may complete
-                        // this sleeper before it gives up (as in `locked_op`
-                        // before an EAGAIN).
-                        held.reap();
+                        // this sleeper before it gives up, as in `locked_op`
+                        // before an EAGAIN, and only the undo of a process
+                        // with an adjustment in the call's reach can: those
+                        // processes alone are probed (`reap_adjusters_of`),
+                        // not every live one.
+                        held.reap_adjusters_of(sops);
                         // Done meanwhile: its waker stored the status before
                         // releasing the lock, or died; either way the result
                         // stands.
