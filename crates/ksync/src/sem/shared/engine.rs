@@ -552,12 +552,28 @@ impl<'a> Locked<'a> {
     /// as they are. Sleepers of the dead are in the queue too, which only
     /// widens the reach.
     fn reach_of(&self, sops: &[SemBuf]) -> Reach {
-        // No sleeper: the call's own semaphores, without allocating (a
-        // trylock loop of IPC_NOWAIT calls comes here on every failure).
-        if self.map.load(header::QUEUE_HEAD) == 0 {
+        // No sleeper, or a set of one semaphore: the call's own, without
+        // allocating (a trylock loop of IPC_NOWAIT calls comes here on
+        // every failure).
+        let nsems = self.layout().nsems;
+        if self.map.load(header::QUEUE_HEAD) == 0 || nsems == 1 {
             return Reach::Own;
         }
-        let (Ok(queue), nsems) = (self.queue(), self.layout().nsems) else {
+        let mut reached = vec![false; nsems];
+        let mut nums = Vec::new();
+        for sop in sops {
+            let num = usize::from(sop.num);
+            if !reached[num] {
+                reached[num] = true;
+                nums.push(num);
+            }
+        }
+        // A call on every semaphore reaches all there is: no sleeper
+        // widens it, and its operations need not be read.
+        if nums.len() == nsems {
+            return Reach::Own;
+        }
+        let Ok(queue) = self.queue() else {
             return Reach::Unknown;
         };
         // Every sleeper's operations, one after another, and where each
@@ -585,18 +601,9 @@ impl<'a> Locked<'a> {
             }
         }
         alters.sort_unstable();
-        let mut reached = vec![false; nsems];
         let mut absorbed = vec![false; queue.len()];
-        let mut nums = Vec::new();
-        for sop in sops {
-            let num = usize::from(sop.num);
-            if !reached[num] {
-                reached[num] = true;
-                nums.push(num);
-            }
-        }
         let mut next = 0;
-        while next < nums.len() {
+        while next < nums.len() && nums.len() < nsems {
             let num = nums[next] as u16;
             next += 1;
             let from = alters.partition_point(|&(n, _)| n < num);
@@ -877,7 +884,8 @@ impl Drop for Locked<'_> {
 
 /// What [`Locked::reach_of`] found.
 enum Reach {
-    /// No sleeper is queued: the call's own semaphores.
+    /// The call's own semaphores: no sleeper is queued, or they are every
+    /// semaphore of the set.
     Own,
     /// These semaphores.
     Sems(Vec<usize>),
