@@ -1019,7 +1019,9 @@ mod tests {
 
     /// A `fork` child of the test process, killed (`SIGKILL`) and waited
     /// for when dropped: a process that dies in a set however it dies.
-    struct Child(libc::pid_t);
+    /// `None` once waited for: its pid may then name another process,
+    /// which must not be killed.
+    struct Child(Option<libc::pid_t>);
 
     impl Child {
         /// Forks a child that runs `ready`, reports its answer, and if it
@@ -1058,9 +1060,21 @@ mod tests {
             let n = unsafe { libc::read(fds[0], byte.as_mut_ptr().cast(), 1) };
             // SAFETY: the read end, no longer used.
             unsafe { libc::close(fds[0]) };
-            let child = Child(pid);
+            let child = Child(Some(pid));
             assert_eq!((n, byte[0]), (1, 1), "the child failed to get ready");
             child
+        }
+
+        /// Whether the child still runs; waits for it if it ended.
+        fn alive(&mut self) -> bool {
+            let Some(pid) = self.0 else { return false };
+            let mut status = 0;
+            // SAFETY: our own child, not waited for yet.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+                return true;
+            }
+            self.0 = None;
+            false
         }
 
         /// Kills the child and waits for it: after this, it is dead, and
@@ -1072,11 +1086,12 @@ mod tests {
 
     impl Drop for Child {
         fn drop(&mut self) {
+            let Some(pid) = self.0.take() else { return };
             let mut status = 0;
-            // SAFETY: our own child.
+            // SAFETY: our own child, not waited for yet.
             unsafe {
-                libc::kill(self.0, libc::SIGKILL);
-                libc::waitpid(self.0, &mut status, 0);
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
             }
         }
     }
@@ -1170,7 +1185,7 @@ mod tests {
             idle,
         );
         let _bystander = Child::fork(|| set.semop(&[SemBuf::new(2, 1, SEM_UNDO)]).is_ok(), idle);
-        let _poster = Child::fork(
+        let mut poster = Child::fork(
             || set.me().is_ok(),
             || {
                 if via_sleeper {
@@ -1180,6 +1195,9 @@ mod tests {
         );
         if via_sleeper {
             while set.ncnt(1) != Ok(1) {
+                // A poster whose call failed and that died (a panic)
+                // fails the test instead of leaving it waiting for ever.
+                assert!(poster.alive(), "the poster died before it slept");
                 std::thread::yield_now();
             }
         }
