@@ -1395,16 +1395,23 @@ fn a_set_truncated_under_its_mapping_gives_einval_not_sigbus() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// Runs child `role` on a fresh set (which installs ksync's SIGBUS
+/// handler there), waits for it to say `says`, and checks that it died of
+/// SIGBUS.
+fn dies_of_sigbus(role: &str, says: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let set = Shared::new(1);
+    let kid = Kid::spawn(role, &args(&[&set.id()]));
+    kid.expect(says);
+    let status = kid.reap();
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
 /// ksync's SIGBUS handler passes on the faults that are not in a set: a
 /// process that touches a truncated file of its own still dies of SIGBUS.
 #[test]
 fn a_sigbus_outside_any_set_still_kills() {
-    use std::os::unix::process::ExitStatusExt;
-    let set = Shared::new(1);
-    let kid = Kid::spawn("foreign-sigbus", &args(&[&set.id()]));
-    kid.expect("touching");
-    let status = kid.reap();
-    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    dies_of_sigbus("foreign-sigbus", "touching");
 }
 
 /// A SIGBUS that a process sends (`raise`, `kill`) is no fault: with no
@@ -1412,12 +1419,7 @@ fn a_sigbus_outside_any_set_still_kills() {
 /// ksync, instead of disappearing into ksync's handler.
 #[test]
 fn a_sigbus_sent_by_a_process_still_kills() {
-    use std::os::unix::process::ExitStatusExt;
-    let set = Shared::new(1);
-    let kid = Kid::spawn("raised-sigbus", &args(&[&set.id()]));
-    kid.expect("raising");
-    let status = kid.reap();
-    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    dies_of_sigbus("raised-sigbus", "raising");
 }
 
 /// A program that ignores SIGBUS still ignores a sent one with ksync's
