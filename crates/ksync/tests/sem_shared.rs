@@ -347,14 +347,7 @@ fn child_role() {
         // sends itself SIGBUS: no fault, and no handler of its own, so it
         // must die of it.
         "raised-sigbus" => {
-            // Rust's runtime has a SIGBUS handler of its own (for stack
-            // overflows) which swallows a sent SIGBUS; a C program has none.
-            // SAFETY: plain sigaction with SIG_DFL.
-            unsafe {
-                let mut dfl: libc::sigaction = std::mem::zeroed();
-                dfl.sa_sigaction = libc::SIG_DFL;
-                assert_eq!(libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut()), 0);
-            }
+            default_sigbus();
             let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
             assert_eq!(set.get_value(0), Ok(0));
             say("raising");
@@ -383,30 +376,8 @@ fn child_role() {
             // A sent signal whose address field points into the set's
             // mapping (a process may queue itself any siginfo) is not a
             // fault there: the set must not be poisoned.
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-            let line = maps
-                .lines()
-                .find(|l| l.ends_with(path.to_str().unwrap()))
-                .expect("the set's mapping");
-            let start = usize::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
-            // SAFETY: a zeroed siginfo filled in as SI_QUEUE from this
-            // process, sent to this thread.
-            unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                info.si_signo = libc::SIGBUS;
-                info.si_code = libc::SI_QUEUE;
-                // si_pid and si_uid share their place with si_addr.
-                let fields = std::ptr::addr_of_mut!(info).cast::<u8>().add(16);
-                fields.cast::<usize>().write_unaligned(start);
-                let rc = libc::syscall(
-                    libc::SYS_rt_tgsigqueueinfo,
-                    libc::getpid(),
-                    libc::gettid(),
-                    libc::SIGBUS,
-                    &info,
-                );
-                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-            }
+            let start = mapping_start(&path);
+            sigbus_to_self(libc::SI_QUEUE, start);
             assert_eq!(set.get_value(0), Ok(0));
             say("not poisoned");
             std::fs::OpenOptions::new()
@@ -417,6 +388,20 @@ fn child_role() {
                 .unwrap();
             let errno = set.get_value(0).err().map_or(0, |e| e.errno());
             say(&format!("after truncation {errno}"));
+            0
+        }
+        // id: as "raised-sigbus", but the SIGBUS is the kernel's report of a
+        // memory error found in the background (BUS_MCEERR_AO), which no
+        // access repeats: it must kill as without ksync, even with its
+        // address in the set.
+        "background-sigbus" => {
+            default_sigbus();
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            assert_eq!(set.get_value(0), Ok(0));
+            let path = ksync::sem::shared::sem_dir().join(format!("sem.{}", set.id()));
+            say("sending");
+            sigbus_to_self(libc::BUS_MCEERR_AO, mapping_start(&path));
+            say("survived");
             0
         }
         // side, id, nsems, seed, stop-id: the kill storm's worker, until the
@@ -453,6 +438,52 @@ fn child_role() {
         other => panic!("child: unknown role {other}"),
     };
     std::process::exit(code);
+}
+
+/// Puts SIGBUS back to the default action in a child: Rust's runtime has a
+/// SIGBUS handler of its own (for stack overflows), which swallows a SIGBUS
+/// that no access repeats; a C program has none.
+fn default_sigbus() {
+    // SAFETY: plain sigaction with SIG_DFL.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        assert_eq!(libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Where this process mapped the file at `path` (from /proc/self/maps).
+fn mapping_start(path: &std::path::Path) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.ends_with(path.to_str().unwrap()))
+        .expect("the set's mapping");
+    usize::from_str_radix(line.split('-').next().unwrap(), 16).unwrap()
+}
+
+/// Sends the calling thread a SIGBUS with `code` and address `addr` (a
+/// process may queue itself any siginfo).
+fn sigbus_to_self(code: i32, addr: usize) {
+    // SAFETY: a zeroed siginfo with its number, code and address field
+    // filled in, sent to this thread.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        info.si_signo = libc::SIGBUS;
+        info.si_code = code;
+        // The union after the three ints (at 16 on 64-bit Linux): si_addr,
+        // or for a sent signal si_pid and si_uid.
+        let fields = std::ptr::addr_of_mut!(info).cast::<u8>().add(16);
+        fields.cast::<usize>().write_unaligned(addr);
+        let rc = libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::getpid(),
+            libc::gettid(),
+            libc::SIGBUS,
+            &info,
+        );
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
 }
 
 /// A child process and the `@` lines it says.
@@ -1420,6 +1451,14 @@ fn a_sigbus_outside_any_set_still_kills() {
 #[test]
 fn a_sigbus_sent_by_a_process_still_kills() {
     dies_of_sigbus("raised-sigbus", "raising");
+}
+
+/// The kernel's report of a memory error found in the background
+/// (`BUS_MCEERR_AO`) is no fault that recurs: it takes the default action,
+/// as without ksync, though its address is in a set.
+#[test]
+fn a_background_memory_error_still_kills() {
+    dies_of_sigbus("background-sigbus", "sending");
 }
 
 /// A program that ignores SIGBUS still ignores a sent one with ksync's

@@ -230,6 +230,13 @@ impl Mapping {
         if self.writable() {
             return true;
         }
+        // A poisoned mapping's pages are private zeros now (`sigbus.rs`);
+        // mapping the file back over them would undo the fence, and a later
+        // truncation would find the range already marked, and fault for
+        // ever. Its calls fail with EINVAL anyway.
+        if self.poisoned() {
+            return false;
+        }
         let gen = u64::from(self.load(header::PERM_GEN));
         if self.tried_gen.load(Ordering::Relaxed) == gen {
             return false;
@@ -283,7 +290,7 @@ impl Mapping {
             // (NOREPLACE leaves an old mapping that is still there alone).
             // SAFETY: maps only where nothing is mapped, over this
             // mapping's own range.
-            unsafe {
+            let back = unsafe {
                 libc::mmap(
                     self.base.as_ptr().cast(),
                     self.words * 4,
@@ -293,6 +300,12 @@ impl Mapping {
                     0,
                 )
             };
+            // A kernel before 4.17 takes NOREPLACE for a hint and may map
+            // elsewhere: that mapping is of no use, and would leak.
+            if back != libc::MAP_FAILED && back != self.base.as_ptr().cast() {
+                // SAFETY: the mapping just made, which nothing refers to.
+                unsafe { libc::munmap(back, self.words * 4) };
+            }
             return false;
         }
         // SAFETY: both descriptors are ours; `self.fd`'s number now names

@@ -15,11 +15,13 @@
 //!
 //! A fault anywhere else goes to the handler that was installed before, or,
 //! if there was none, to the default action (the handler puts it back and
-//! returns, and the fault happens again). A `SIGBUS` that a process sent
-//! (`kill`, `raise`) is no fault: its address field holds the sender's ids,
-//! so it is never taken for one in a set; it goes to the previous handler,
-//! is ignored if that was `SIG_IGN`, and otherwise is raised again under the
-//! default action, which a returning handler would have swallowed.
+//! returns, and the fault happens again). A `SIGBUS` that does not recur
+//! when the handler returns is no fault in a set: one a process sent
+//! (`kill`, `raise`; its address field holds the sender's ids) or one the
+//! kernel sends about memory that is not being accessed (`BUS_MCEERR_AO`,
+//! a memory error found in the background). It goes to the previous
+//! handler, is ignored if that was `SIG_IGN`, and otherwise is raised again
+//! under the default action, which a returning handler would have swallowed.
 //!
 //! The handler only reads and writes atomics in a fixed table and calls
 //! `mmap` and `sigaction`, which are async-signal-safe.
@@ -131,9 +133,15 @@ fn install() {
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    // The kernel's own SIGBUS (a fault) has a positive code; one sent by a
-    // process (SI_USER, SI_TKILL, SI_QUEUE) has zero or less, and no address.
-    let fault = code > 0;
+    // A fault on an access, which the faulting instruction repeats when the
+    // handler returns: a truncated set's is BUS_ADRERR (no page behind the
+    // address). Any other code (a process's SI_USER, SI_TKILL, SI_QUEUE;
+    // the kernel's SI_KERNEL or a background memory error, BUS_MCEERR_AO)
+    // comes once, and its address, if any, is not an access of ours.
+    let fault = matches!(
+        code,
+        libc::BUS_ADRALN | libc::BUS_ADRERR | libc::BUS_OBJERR | libc::BUS_MCEERR_AR
+    );
     let ranges = if fault { &RANGES[..] } else { &[] };
     for r in ranges {
         let len = r.len.load(Ordering::Acquire);
