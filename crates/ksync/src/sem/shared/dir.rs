@@ -105,7 +105,9 @@ pub fn key_id(key: i32) -> Result<Option<i32>, SemError> {
 }
 
 /// The mode a set's file gets for the set's mode `mode`: the group's and
-/// others' bits as the set has them, so that the OS enforces them, and read
+/// others' bits as the set has them, so that the OS enforces them (their
+/// execute bits too, which mean nothing to the file but which `semget`'s
+/// check reads, as the kernel's does, for a process shut out), and read
 /// and write for the file's owner whatever the set's owner bits say. The
 /// file's owner (the set's creator, or the owner a privileged `IPC_SET`
 /// gave it) could `chmod` the file anyway, so the bits would protect
