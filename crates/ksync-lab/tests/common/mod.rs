@@ -37,11 +37,26 @@ pub fn stderr(out: &Output) -> String {
 }
 
 /// A fresh path under the system's temporary folder, one folder per test
-/// process.
+/// process, removed when the process exits.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ksync-lab-tests-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir).expect("temp dir");
+    static CLEAN_UP: std::sync::Once = std::sync::Once::new();
+    CLEAN_UP.call_once(|| {
+        // The tests share the folder from parallel threads, so none of
+        // them can remove it; the process can, once they are all done (the
+        // harness exits through `exit`, which runs `atexit` handlers).
+        extern "C" fn remove_scratch() {
+            let _ = std::fs::remove_dir_all(scratch_dir());
+        }
+        // SAFETY: registers a function that takes nothing and returns.
+        unsafe { libc::atexit(remove_scratch) };
+    });
     dir.join(name)
+}
+
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("ksync-lab-tests-{}", std::process::id()))
 }
 
 /// Runs `args`, which must succeed without a panic; returns stdout.
