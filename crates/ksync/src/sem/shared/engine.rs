@@ -132,9 +132,11 @@ pub(super) fn give_back<T>(key: &'static LocalKey<RefCell<T>>, buffers: T) {
 }
 
 impl<'a> Locked<'a> {
-    /// Takes the lock. Taken over from a dead holder, the lock comes with a
-    /// half-done transaction, which is rolled back first (a corrupt journal:
-    /// `EINVAL`).
+    /// Takes the lock. Taken over from a dead holder, the lock may come
+    /// with a half-done transaction, which is rolled back first (a corrupt
+    /// journal: `EINVAL`), and with sleepers a committed change enabled but
+    /// the holder did not complete, which are completed next
+    /// ([`take_over`](Self::take_over)).
     ///
     /// Always inline: out of line, the caller copies the returned `Locked`
     /// (three words, four vectors and an outcome) out of the `Result`, and
@@ -165,17 +167,44 @@ impl<'a> Locked<'a> {
         // last holder committed or died, and a takeover rolls back. Either
         // way `held` releases the lock when this returns an error.
         if taken == Taken::FromDead {
-            bump(map, header::TAKEOVERS, 1);
-            if map.load(header::JOURNAL_LEN) != 0 {
-                bump(map, header::ROLLBACKS, 1);
-            }
-            roll_back(map)?;
-            // Flags are not journalled: recompute every semaphore's.
-            held.touched.extend(0..map.nsems());
+            held.take_over()?;
         } else if map.load(header::JOURNAL_LEN) != 0 {
             return Err(SemError::Invalid);
         }
         Ok(held)
+    }
+
+    /// Finishes what a holder that died left: rolls back its open
+    /// transaction, then completes every sleeper the values let through.
+    ///
+    /// Why the completion: a holder that died after committing a change
+    /// (`perform`, a reap's undo, `set_values`) and before completing the
+    /// sleepers it enabled (`smart_update`) leaves them queued on values
+    /// that would let them run, a state no sequence of whole calls leaves
+    /// (the kernel's waker cannot die between the two). Every other call
+    /// relies on that never being seen: [`reach_of`](Self::reach_of)
+    /// narrows a search for the dead on it, and a call that finds its
+    /// values short fails with `EAGAIN` where the kernel, having completed
+    /// the sleeper, would have let it through. Out of line: rare, and
+    /// `enter` stays small.
+    #[cold]
+    #[inline(never)]
+    fn take_over(&mut self) -> Result<(), SemError> {
+        let map = self.map;
+        bump(map, header::TAKEOVERS, 1);
+        if map.load(header::JOURNAL_LEN) != 0 {
+            bump(map, header::ROLLBACKS, 1);
+        }
+        roll_back(map)?;
+        // Flags are not journalled: recompute every semaphore's.
+        self.touched.extend(0..map.nsems());
+        // A set being removed fails its sleepers with EIDRM instead (the
+        // caller answers EIDRM, and the sweep finishes a dead remover's
+        // work): none may complete on its values.
+        if !self.removed() {
+            self.smart_update(Change::All);
+        }
+        Ok(())
     }
 
     fn layout(&self) -> &super::layout::Layout {
@@ -553,13 +582,18 @@ impl<'a> Locked<'a> {
     /// a sleeper that takes 1 and posts 0 complete, and a call on 0 alone
     /// through (the kernel's exit does the same before `waitpid` returns).
     ///
-    /// Why nothing outside the reach matters: outside a call no queued
-    /// sleeper of a living process can complete (each change completes
-    /// what it enabled), so an undo that changes only values outside the
-    /// reach completes no sleeper that alters one inside it (all it names
-    /// is inside), and the values inside, which alone decide `sops`, stay
-    /// as they are. Sleepers of the dead are in the queue too, which only
-    /// widens the reach.
+    /// Why nothing outside the reach matters: while the lock is held by a
+    /// caller that entered it, no queued sleeper of a living process can
+    /// complete on the values as they stand. Each change under the lock
+    /// completes what it enabled before the lock is released, and a holder
+    /// that died between the two leaves the rest to whoever takes the lock
+    /// over, which completes every sleeper the values let through before
+    /// doing anything else ([`enter`](Self::enter)); the lock-free path
+    /// never changes a semaphore a sleeper names. So an undo that changes
+    /// only values outside the reach completes no sleeper that alters one
+    /// inside it (all it names is inside), and the values inside, which
+    /// alone decide `sops`, stay as they are. Sleepers of the dead are in
+    /// the queue too, which only widens the reach.
     fn reach_of(&self, sops: &[SemBuf]) -> Reach {
         // No sleeper, or a set of one semaphore: the call's own, without
         // allocating (a trylock loop of IPC_NOWAIT calls comes here on
@@ -1219,6 +1253,72 @@ mod tests {
             assert_eq!(set.get_all(), Ok(vec![0, 0, 1]));
         }
         (result, probed)
+    }
+
+    /// What a call on semaphore 0 that cannot wait for long (`flags`,
+    /// `timeout`) answers after a waker was killed holding the lock between
+    /// committing its post of semaphore 1 and completing the sleeper that
+    /// post enabled, a living process's `{1:-1, 0:+1}`. The kernel's waker
+    /// cannot die between the two: the sleeper has run and posted 0, so the
+    /// call succeeds. The waker posted without `SEM_UNDO` and holds no
+    /// adjustment, so no search for the dead's undo would find it, and the
+    /// clock is frozen so that no sweep comes to the rescue: only the
+    /// takeover of the lock can complete the sleeper.
+    fn after_a_wakers_death(flags: i16, timeout: Option<Duration>) -> Result<(), SemError> {
+        let scratch = Scratch::new(2);
+        let set = &scratch.0;
+        set.me().unwrap();
+        let mut sleeper = Child::fork(
+            || set.me().is_ok(),
+            || {
+                let _ = set.semop(&[SemBuf::new(1, -1, 0), SemBuf::new(0, 1, 0)]);
+            },
+        );
+        while set.ncnt(1) != Ok(1) {
+            // A sleeper whose call failed and that died (a panic) fails
+            // the test instead of leaving it waiting for ever.
+            assert!(sleeper.alive(), "the sleeper died before it slept");
+            std::thread::yield_now();
+        }
+        // The waker's post as `perform` commits it, with the lock kept:
+        // the child then waits to be killed before its `smart_update`.
+        let waker = Child::fork(
+            || {
+                let Ok(me) = set.me() else { return false };
+                let Ok(mut held) = Locked::enter(&set.map, me) else {
+                    return false;
+                };
+                held.hold_sem(1);
+                let at = set.map.layout.sem(1);
+                let word = set.map.load(at);
+                let mut tx = Tx::begin(&set.map);
+                tx.write(at, (word & !sem_word::VALUE) | 1);
+                tx.commit();
+                std::mem::forget(held);
+                true
+            },
+            idle,
+        );
+        let _clock = just_reaped_and_swept(set);
+        waker.kill();
+        let result = set.semtimedop(&[SemBuf::new(0, -1, flags)], timeout);
+        let stats = set.recovery_stats();
+        assert_eq!((stats.takeovers, stats.rollbacks), (1, 0));
+        if result.is_ok() {
+            assert_eq!(set.get_all(), Ok(vec![0, 0]));
+        }
+        result
+    }
+
+    #[test]
+    fn a_call_that_will_not_wait_sees_the_sleepers_a_dead_waker_enabled() {
+        assert_eq!(after_a_wakers_death(IPC_NOWAIT, None), Ok(()));
+    }
+
+    #[test]
+    fn a_timed_out_call_sees_the_sleepers_a_dead_waker_enabled() {
+        let brief = Some(Duration::from_millis(1));
+        assert_eq!(after_a_wakers_death(0, brief), Ok(()));
     }
 
     #[test]

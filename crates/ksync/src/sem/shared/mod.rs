@@ -21,7 +21,10 @@
 //! * **Every change under the lock is a transaction** (`journal.rs`): old
 //!   values are journalled before new ones are stored, and the commit is one
 //!   store. Whoever takes the lock from a dead holder rolls its transaction
-//!   back. Invariant: outside a transaction, the set's values, undo
+//!   back, then completes every sleeper the values let through: the holder
+//!   may have died between committing a change and completing the sleepers
+//!   it enabled, which the kernel's waker cannot. Invariant: once a holder
+//!   has entered, outside a transaction, the set's values, undo
 //!   adjustments, queue and counts are those of some sequence of whole
 //!   calls; a killed process never leaves half a multi-operation call, and
 //!   never loses or invents a unit.
