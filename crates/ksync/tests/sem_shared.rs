@@ -196,6 +196,32 @@ fn child_role() {
             say(&format!("open {}", open.err().map_or(0, |e| e.errno())));
             0
         }
+        // id: one process asleep twice in the set, to be killed: a thread
+        // on a decrement of semaphore 0 (GETNCNT), another waiting for
+        // semaphore 1 to be zero (GETZCNT). One process, so that one kill
+        // leaves no sleeper of it alive to sweep up the other.
+        "two-sleepers" => {
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            std::thread::scope(|s| {
+                s.spawn(|| set.semop(&[SemBuf::new(1, 0, 0)]));
+                say("ready");
+                let _ = set.semop(&[SemBuf::new(0, -1, 0)]);
+            });
+            0
+        }
+        // id: as nobody (a read-only handle), GETNCNT of semaphore 0 and
+        // GETZCNT of semaphore 1, then again once told.
+        "nobody-count" => {
+            // SAFETY: plain system calls in a single-purpose child.
+            let dropped = unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 };
+            assert!(dropped, "child: could not become nobody");
+            let set = SharedSemSet::open_id(int(0)).expect("child: open_id");
+            let counts = || format!("{:?} {:?}", set.ncnt(0), set.zcnt(1));
+            say(&format!("first {}", counts()));
+            read_stdin_line();
+            say(&format!("then {}", counts()));
+            0
+        }
         // id: as nobody, a set it may read (0644) but not alter, through
         // one handle, before and after the owner's IPC_SET makes it 0666.
         "nobody-grows" => {
@@ -1183,6 +1209,46 @@ fn a_read_only_handle_writes_once_ipc_set_allows_it() {
     assert_eq!(kid.expect_errno("semop"), 0);
     assert!(kid.reap().success());
     assert_eq!(set.get_value(0), Ok(2));
+}
+
+/// A read-only handle, which cannot take the lock and so cannot reap,
+/// counts no sleeper of a killed process in GETNCNT or GETZCNT: the
+/// kernel takes a dying process's sleepers off its queues, and a handle
+/// that may write reaps them before it counts. Nothing alive may reap in
+/// between: the dead process's sleepers are its only ones (a living
+/// sleeper's periodic sweep would reap them), and this process makes no
+/// call on the set until the reader has counted.
+#[test]
+fn a_read_only_handle_does_not_count_a_dead_processs_sleepers() {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        let bang = "!".repeat(72);
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{bang}\n!!! SKIPPED sem_shared::a_read_only_handle_does_not_count_a_dead_processs_sleepers:\n\
+             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
+        );
+        return;
+    }
+    let _dog = Watchdog::arm("read_only_count_of_the_dead", Duration::from_secs(60));
+    let set = Shared::new(2);
+    set.set_perm(0, 0, 0o644).unwrap();
+    set.set_value(1, 1).unwrap();
+    let sleepers = Kid::spawn("two-sleepers", &args(&[&set.id()]));
+    sleepers.expect("ready");
+    wait_until("both asleep", || {
+        set.ncnt(0) == Ok(1) && set.zcnt(1) == Ok(1)
+    });
+    let mut reader = Kid::spawn("nobody-count", &args(&[&set.id()]));
+    // Alive, they count: the reader can tell the living from the dead.
+    assert_eq!(reader.expect("first"), "Ok(1) Ok(1)");
+    sleepers.signal(libc::SIGKILL);
+    assert!(!sleepers.reap().success());
+    reader.release();
+    assert_eq!(reader.expect("then"), "Ok(0) Ok(0)");
+    assert!(reader.reap().success());
+    // And the locked count, which reaps, agrees.
+    assert_eq!((set.ncnt(0), set.zcnt(1)), (Ok(0), Ok(0)));
 }
 
 /// A program forks while another of its threads keeps calling on a set

@@ -16,7 +16,7 @@ use super::layout::{
 };
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
-use super::procs::{holds_incarnation, registry, Me};
+use super::procs::{holds_incarnation, is_alive, registry, Me};
 use super::share;
 use super::wake::Change;
 use crate::futex::wake_shared;
@@ -41,7 +41,7 @@ pub(super) struct Locked<'a> {
 
 /// A queued sleeper's operations in `map`, checked against the layout, into
 /// `ops`. Under the lock, the sleeper's; without it (a read-only handle's
-/// count, [`count_sleepers_in`]), words another process may be changing,
+/// count, [`count_live_sleepers_in`]), words another process may be changing,
 /// which the checks keep in bounds.
 fn sleeper_ops_into(map: &Mapping, slot: usize, ops: &mut Vec<SemBuf>) -> Result<(), SemError> {
     let layout = &map.layout;
@@ -79,10 +79,47 @@ fn queue_of(map: &Mapping, out: &mut Vec<usize>) -> Result<(), SemError> {
 
 /// Sleepers counted by `GETNCNT` (`zero` false) or `GETZCNT` for `num`:
 /// those whose blocking operation is on `num`, as the kernel counts them.
-/// Exact under the lock ([`Locked::count_sleepers`]); a read-only handle,
-/// which cannot take the lock, counts without it
-/// (`SharedSemSet::count`).
-pub(super) fn count_sleepers_in(map: &Mapping, num: usize, zero: bool) -> Result<usize, SemError> {
+/// Exact under the lock ([`Locked::count_sleepers`]), after a reap has
+/// taken the dead's sleepers off the queue; a read-only handle, which
+/// cannot take the lock, counts without it with
+/// [`count_live_sleepers_in`].
+fn count_sleepers_in(map: &Mapping, num: usize, zero: bool) -> Result<usize, SemError> {
+    count_sleepers_where(map, num, zero, |_| true)
+}
+
+/// [`count_sleepers_in`] for a read-only handle, which cannot reap:
+/// without the lock, and leaving out the sleepers of dead processes,
+/// which the locked count reaps first and the kernel takes off its queues
+/// as a process dies. A process is asked once per walk (a `fcntl`), and
+/// only for a sleeper that would count. `F_GETLK` needs no write access,
+/// and a read-only mapping never holds a slot, so none of the liveness
+/// locks asked about is this process's own (which would look free).
+pub(super) fn count_live_sleepers_in(
+    map: &Mapping,
+    num: usize,
+    zero: bool,
+) -> Result<usize, SemError> {
+    let mut known: [Option<bool>; NPROC] = [None; NPROC];
+    count_sleepers_where(map, num, zero, |owner| {
+        let (slot, gen) = split_owner(owner);
+        // A slot out of range (a corrupt file), or one freed or taken by a
+        // later process since, names a process that is gone, whose
+        // sleeper the kernel would have taken off its queue (under the
+        // lock, `drop_orphan_sleepers` frees such sleepers).
+        if slot >= NPROC || !holds_incarnation(map, slot, gen) {
+            return false;
+        }
+        *known[slot].get_or_insert_with(|| is_alive(map, slot))
+    })
+}
+
+/// The sleepers of [`count_sleepers_in`] whose owner word `counts` accepts.
+fn count_sleepers_where(
+    map: &Mapping,
+    num: usize,
+    zero: bool,
+    mut counts: impl FnMut(u32) -> bool,
+) -> Result<usize, SemError> {
     let mut queue = Vec::new();
     queue_of(map, &mut queue)?;
     let mut ops = Vec::new();
@@ -91,7 +128,10 @@ pub(super) fn count_sleepers_in(map: &Mapping, num: usize, zero: bool) -> Result
         sleeper_ops_into(map, slot, &mut ops)?;
         let at = map.load(map.layout.sleeper(slot, sleeper::BLOCKING)) as usize;
         if let Some(sop) = ops.get(at) {
-            if usize::from(sop.num) == num && (sop.op == 0) == zero {
+            if usize::from(sop.num) == num
+                && (sop.op == 0) == zero
+                && counts(map.load(map.layout.sleeper(slot, sleeper::OWNER)))
+            {
                 n += 1;
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::dir::{self, cstr, ensure_dir, errno, os_error, SEMMNI};
-use super::engine::{count_sleepers_in, sweep_due, touch_otime, Locked};
+use super::engine::{count_live_sleepers_in, sweep_due, touch_otime, Locked};
 use super::eval::{adjustment, evaluate, value, Outcome};
 use super::layout::{
     header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, NSLEEP, READY, REMOVED,
@@ -1171,17 +1171,18 @@ impl SharedSemSet {
         self.check(READ)?;
         if !self.writable() {
             // A reader cannot take the lock (it has no process slot), so it
-            // walks the queue as it stands, as its other reads do. A walk
+            // walks the queue as it stands, as its other reads do, and
+            // cannot reap: it leaves the dead's sleepers out itself. A walk
             // that meets a queue being changed under it (a link or a
             // sleeper's operations half written) looks again; one that
             // keeps failing is a file that fails the checks.
-            let mut result = count_sleepers_in(&self.map, num, zero);
+            let mut result = count_live_sleepers_in(&self.map, num, zero);
             for _ in 0..UNLOCKED_WALKS {
                 if result.is_ok() {
                     break;
                 }
                 std::thread::yield_now();
-                result = count_sleepers_in(&self.map, num, zero);
+                result = count_live_sleepers_in(&self.map, num, zero);
             }
             return self.unless_poisoned(result);
         }
