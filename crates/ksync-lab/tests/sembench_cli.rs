@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab_in, ok, paired, records, refused, scratch, stderr, stdout};
+use common::{lab, lab_in, ok, paired, records, refused, scratch, stderr, stdout};
 
 /// Fails with status 2 and a message containing `needle`, without a panic.
 fn refused_with(args: &[&str], needle: &str) {
@@ -135,6 +135,38 @@ fn every_backend_gets_a_per_burn_breakdown_and_the_floor_runs() {
     assert!(
         floor["metrics"]["polls_per_burn"].as_f64().is_some(),
         "{floor}"
+    );
+}
+
+/// A run whose ksync locks waited names the spin budget they waited with
+/// (one context switch, measured in the run's process), in the report and
+/// on stderr: a figure taken while the machine was busy shows there.
+#[test]
+fn the_report_names_the_spin_budget_of_the_runs_locks() {
+    let json = scratch("sembench-switch.json");
+    let out = lab(&[
+        "--json",
+        json.to_str().unwrap(),
+        "sembench",
+        "-t",
+        "8",
+        "-w",
+        "4",
+        "-r",
+        "0.3",
+        "-o",
+        "ksync",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&json).expect("json written");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let ns = report["switch_ns"]
+        .as_u64()
+        .expect("switch_ns in the report");
+    assert!((200..=200_000).contains(&ns), "{ns}");
+    assert!(
+        stderr(&out).contains("ksync's spin budget in this run: one context switch, "),
+        "{out:?}"
     );
 }
 

@@ -224,9 +224,19 @@ impl Lab {
         self.summary.extend(rows);
     }
 
-    /// Clears the bar and hands over everything measured.
+    /// Clears the bar and hands over everything measured, with the
+    /// context-switch figure ksync's locks used if one of them waited
+    /// (said on stderr too: a figure taken while the machine was busy
+    /// shows there).
     pub fn finish(self, command: Vec<String>) -> Report {
         self.bar.finish_and_clear();
+        let switch = ksync::spin_budget::measured_context_switch();
+        if let Some(switch) = switch {
+            eprintln!(
+                "ksync's spin budget in this run: one context switch, {:.1} us",
+                switch.as_secs_f64() * 1e6
+            );
+        }
         Report {
             tool: "ksync-lab".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -236,6 +246,7 @@ impl Lab {
             repeat: self.repeat,
             records: self.records,
             summary: self.summary,
+            switch_ns: switch.map(|d| d.as_nanos() as u64),
         }
     }
 }

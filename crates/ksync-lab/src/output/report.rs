@@ -22,6 +22,11 @@ pub struct Report {
     pub records: Vec<Record>,
     /// `compare`'s summary rows (empty for other commands).
     pub summary: Vec<SummaryRow>,
+    /// The context switch ksync's sleeping locks spun for at most before
+    /// sleeping in this run, in nanoseconds (`ksync::spin_budget`), where
+    /// one of them had to wait; reports written before it was kept lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_ns: Option<u64>,
 }
 
 impl Report {
