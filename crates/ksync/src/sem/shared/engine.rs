@@ -601,6 +601,12 @@ impl<'a> Locked<'a> {
     /// `waitpid` returns), or a sleeper about to time out with it, at a
     /// `fcntl` per such process rather than per live one.
     pub(super) fn reap_adjusters_of(&mut self, sops: &[SemBuf]) -> bool {
+        // No other process in the set, alive or not yet found dead: no
+        // undo to look for, and no reach to work out (a process's trylock
+        // loop beside its own sleepers comes here on every failure).
+        if !self.others_in_set() {
+            return false;
+        }
         let map = self.map;
         match self.reach_of(sops) {
             Reach::Own => self.reap_where(|slot| {
@@ -635,6 +641,8 @@ impl<'a> Locked<'a> {
     /// alone decide `sops`, stay as they are. Sleepers of the dead are in
     /// the queue too, which only widens the reach.
     fn reach_of(&self, sops: &[SemBuf]) -> Reach {
+        #[cfg(test)]
+        reaches::count();
         // No sleeper, or a set of one semaphore: the call's own, without
         // allocating (a trylock loop of IPC_NOWAIT calls comes here on
         // every failure).
@@ -705,6 +713,15 @@ impl<'a> Locked<'a> {
             }
         }
         Reach::Sems(nums)
+    }
+
+    /// Whether a process slot other than this process's is live: a
+    /// process that may be alive, or dead and not yet adopted.
+    fn others_in_set(&self) -> bool {
+        let layout = self.layout();
+        (0..NPROC).any(|slot| {
+            slot != self.me.slot && self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE
+        })
     }
 
     /// Adopts the leftovers of every dead process among the other live
@@ -1090,6 +1107,27 @@ pub(super) mod frozen_clock {
     }
 }
 
+/// How often this thread worked out a call's reach
+/// ([`Locked::reach_of`]): a test's count of the work a failing call
+/// skipped.
+#[cfg(test)]
+pub(super) mod reaches {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static REACHES: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn count() {
+        REACHES.with(|r| r.set(r.get() + 1));
+    }
+
+    /// The count so far.
+    pub(super) fn made() -> u64 {
+        REACHES.with(|r| r.get())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::procs::probes;
@@ -1364,6 +1402,35 @@ mod tests {
     #[test]
     fn a_call_that_will_not_wait_gets_a_dead_holders_undo_probing_only_holders() {
         assert_eq!(after_a_holders_death(IPC_NOWAIT, None, false), (Ok(()), 1));
+    }
+
+    /// A process alone in its set, with a sleeper of its own queued that
+    /// could post the call's semaphore: a failing IPC_NOWAIT call has
+    /// nobody's undo to look for, so it works out no reach.
+    #[test]
+    fn a_process_alone_in_its_set_works_out_no_reach() {
+        let scratch = Scratch::new(2);
+        let set = &scratch.0;
+        let sleeper = std::thread::scope(|scope| {
+            let sleeper = scope.spawn(|| {
+                set.semtimedop(
+                    &[SemBuf::new(1, -1, 0), SemBuf::new(0, 1, 0)],
+                    Some(Duration::from_secs(30)),
+                )
+            });
+            while set.ncnt(1) != Ok(1) {
+                std::thread::yield_now();
+            }
+            let before = reaches::made();
+            assert_eq!(
+                set.semop(&[SemBuf::new(0, -1, IPC_NOWAIT)]),
+                Err(SemError::Again)
+            );
+            let reached = reaches::made() - before;
+            set.semop(&[SemBuf::new(1, 1, 0)]).unwrap();
+            (sleeper.join().unwrap(), reached)
+        });
+        assert_eq!(sleeper, (Ok(()), 0));
     }
 
     #[test]
