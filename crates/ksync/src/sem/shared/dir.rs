@@ -13,7 +13,7 @@
 //! link, whose creation fails if the key is taken: of two processes creating
 //! the same key, exactly one wins, and the other opens the winner's set.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CStr, CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -125,28 +125,38 @@ pub(super) fn file_mode(mode: u32) -> libc::mode_t {
 pub(super) fn open_file(dir: &Path, id: i32) -> Result<Option<(OwnedFd, bool)>, SemError> {
     let c = cstr(&set_path(dir, id))?;
     for (flags, writable) in [(libc::O_RDWR, true), (libc::O_RDONLY, false)] {
-        // SAFETY: a valid C string; the descriptor is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
-        if fd >= 0 {
-            // SAFETY: a descriptor we just opened and own.
-            return Ok(Some((unsafe { OwnedFd::from_raw_fd(fd) }, writable)));
-        }
-        match errno() {
-            libc::ENOENT => return Ok(None),
-            libc::EACCES => continue,
-            e => return Err(os_error(e)),
+        match open_as(&c, flags) {
+            Ok(fd) => return Ok(Some((fd, writable))),
+            Err(libc::ENOENT) => return Ok(None),
+            Err(libc::EACCES) => continue,
+            Err(e) => return Err(os_error(e)),
         }
     }
     Err(SemError::Access)
 }
 
+/// Opens set `id`'s file for writing, if it exists and its mode lets this
+/// process (a read-only handle's second try, after an `IPC_SET`).
+pub(super) fn open_writable(dir: &Path, id: i32) -> Option<OwnedFd> {
+    open_as(&cstr(&set_path(dir, id)).ok()?, libc::O_RDWR).ok()
+}
+
+/// Opens the set file at `path` with access `flags`, close-on-exec and
+/// never through a link; the errno if it cannot.
+fn open_as(path: &CStr, flags: i32) -> Result<OwnedFd, i32> {
+    // SAFETY: a valid C string; the descriptor is owned below.
+    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// What the attributes of set `id`'s file say, read without opening it
-/// (`stat` needs no right on the file): `(owner, group, mode, size)`;
-/// `None` when there is no such file.
-pub(super) fn file_attributes(
-    dir: &Path,
-    id: i32,
-) -> Result<Option<(u32, u32, u32, u64)>, SemError> {
+/// (`stat` needs no right on the file): `(group, mode, size)`; `None` when
+/// there is no such file.
+pub(super) fn file_attributes(dir: &Path, id: i32) -> Result<Option<(u32, u32, u64)>, SemError> {
     let c = cstr(&set_path(dir, id))?;
     // SAFETY: plain old data, filled by lstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -160,12 +170,7 @@ pub(super) fn file_attributes(
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(SemError::Invalid);
     }
-    Ok(Some((
-        st.st_uid,
-        st.st_gid,
-        st.st_mode & 0o777,
-        st.st_size as u64,
-    )))
+    Ok(Some((st.st_gid, st.st_mode & 0o777, st.st_size as u64)))
 }
 
 /// The ids of every set file in the directory.

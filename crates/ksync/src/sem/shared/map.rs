@@ -248,22 +248,9 @@ impl Mapping {
             return true;
         }
         self.tried_gen.store(gen, Ordering::Relaxed);
-        let path = super::dir::set_path(&super::dir::sem_dir(), id);
-        let Ok(c) = super::dir::cstr(&path) else {
+        let Some(fd) = super::dir::open_writable(&super::dir::sem_dir(), id) else {
             return false;
         };
-        // SAFETY: a valid C string; the descriptor is owned below.
-        let raw = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            )
-        };
-        if raw < 0 {
-            return false;
-        }
-        // SAFETY: a descriptor we just opened and own.
-        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
         // The same file (not one a later set put under the same name), and
         // as long as the mapping.
         match (identity(&fd), identity(&self.fd)) {

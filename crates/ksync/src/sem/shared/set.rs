@@ -220,20 +220,36 @@ impl Creds {
         self.euid == map.load(header::UID) || self.euid == map.load(header::CUID)
     }
 
-    /// The three `rwx` bits the set's mode grants these credentials (the
-    /// kernel's `ipcperms`: owner or creator, else group, else others).
+    /// The three `rwx` bits the set's mode grants these credentials.
     fn granted(&self, map: &Mapping) -> u32 {
-        let mode = map.load(header::MODE);
         let (gid, cgid) = (map.load(header::GID), map.load(header::CGID));
-        let in_group = |g: u32| self.in_group(g);
-        if self.is_owner(map) {
-            (mode >> 6) & 7
-        } else if in_group(gid) || in_group(cgid) {
-            (mode >> 3) & 7
-        } else {
-            mode & 7
-        }
+        class_bits(
+            map.load(header::MODE),
+            self.is_owner(map),
+            self.in_group(gid) || self.in_group(cgid),
+        )
     }
+}
+
+/// The three `rwx` bits of `mode` for a caller's class (the kernel's
+/// `ipcperms`): the owner's for an owner or creator, else the group's for
+/// a member of the set's group or creator's group, else the others'.
+fn class_bits(mode: u32, owner: bool, in_group: bool) -> u32 {
+    if owner {
+        (mode >> 6) & 7
+    } else if in_group {
+        (mode >> 3) & 7
+    } else {
+        mode & 7
+    }
+}
+
+/// Whether `granted` (three `rwx` bits) covers what `flag` asks: every
+/// `rwx` bit of its nine mode bits, for any class (the kernel's
+/// `ipcperms`; a privileged caller is not asked).
+fn grants(granted: u32, flag: i32) -> bool {
+    let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
+    requested & !granted == 0
 }
 
 /// What [`SharedSemSet::get`] found: a set this process opened, or one
@@ -295,7 +311,7 @@ impl SealedSemSet {
     /// What the attributes of set `id`'s file say: `ENOENT` if there is no
     /// such file, `EINVAL` if its length fits no set.
     pub fn of(id: i32) -> Result<SealedSemSet, SemError> {
-        let (_uid, gid, mode, bytes) =
+        let (gid, mode, bytes) =
             dir::file_attributes(&dir::sem_dir(), id)?.ok_or(SemError::NotFound)?;
         let nsems = Layout::nsems_of_bytes(bytes).ok_or(SemError::Invalid)?;
         Ok(SealedSemSet {
@@ -321,16 +337,7 @@ impl SealedSemSet {
     /// carries): what `semget` checks.
     pub fn permits(&self, flag: i32) -> bool {
         let creds = Creds::current();
-        if creds.privileged() {
-            return true;
-        }
-        let granted = if creds.in_group(self.gid) {
-            (self.mode >> 3) & 7
-        } else {
-            self.mode & 7
-        };
-        let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
-        requested & !granted == 0
+        creds.privileged() || grants(class_bits(self.mode, false, creds.in_group(self.gid)), flag)
     }
 
     /// The answer to a call that needs read (`alter == false`) or alter
@@ -573,10 +580,7 @@ impl SharedSemSet {
                 };
             self.rights.store(rights, Ordering::Relaxed);
         }
-        // The kernel's `ipcperms`: every `rwx` bit of the flag's nine mode
-        // bits (for any class) must be granted, unless privileged.
-        let requested = ((flag >> 6) | (flag >> 3) | flag) as u64 & 7;
-        rights & RIGHTS_PRIVILEGED != 0 || requested & !rights & 7 == 0
+        rights & RIGHTS_PRIVILEGED != 0 || grants((rights & 7) as u32, flag)
     }
 
     /// The permission check a call makes first: read (`alter == false`) or
