@@ -642,7 +642,7 @@ impl<'a> Locked<'a> {
     /// the queue too, which only widens the reach.
     fn reach_of(&self, sops: &[SemBuf]) -> Reach {
         #[cfg(test)]
-        reaches::count();
+        super::test_counts::count(super::test_counts::Count::Reaches);
         // No sleeper, or a set of one semaphore: the call's own, without
         // allocating (a trylock loop of IPC_NOWAIT calls comes here on
         // every failure).
@@ -1107,32 +1107,11 @@ pub(super) mod frozen_clock {
     }
 }
 
-/// How often this thread worked out a call's reach
-/// ([`Locked::reach_of`]): a test's count of the work a failing call
-/// skipped.
-#[cfg(test)]
-pub(super) mod reaches {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        static REACHES: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn count() {
-        REACHES.with(|r| r.set(r.get() + 1));
-    }
-
-    /// The count so far.
-    pub(super) fn made() -> u64 {
-        REACHES.with(|r| r.get())
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::procs::probes;
     use super::super::set::tests::Scratch;
     use super::super::set::SharedSemSet;
+    use super::super::test_counts::{made, Count};
     use super::frozen_clock::{self, Frozen};
     use super::*;
     use crate::sem::{IPC_NOWAIT, SEM_UNDO};
@@ -1324,9 +1303,9 @@ mod tests {
         }
         let _clock = just_reaped_and_swept(set);
         holder.kill();
-        let before = probes::made();
+        let before = made(Count::Probes);
         let result = set.semtimedop(&[SemBuf::new(0, -1, flags)], timeout);
-        let probed = probes::made() - before;
+        let probed = made(Count::Probes) - before;
         if result.is_ok() {
             assert_eq!(set.get_all(), Ok(vec![0, 0, 1]));
         }
@@ -1421,12 +1400,12 @@ mod tests {
             while set.ncnt(1) != Ok(1) {
                 std::thread::yield_now();
             }
-            let before = reaches::made();
+            let before = made(Count::Reaches);
             assert_eq!(
                 set.semop(&[SemBuf::new(0, -1, IPC_NOWAIT)]),
                 Err(SemError::Again)
             );
-            let reached = reaches::made() - before;
+            let reached = made(Count::Reaches) - before;
             set.semop(&[SemBuf::new(1, 1, 0)]).unwrap();
             (sleeper.join().unwrap(), reached)
         });

@@ -134,6 +134,8 @@ mod procs;
 mod set;
 mod share;
 mod sigbus;
+#[cfg(test)]
+mod test_counts;
 mod versions;
 mod wake;
 

@@ -217,7 +217,7 @@ impl Registry {
             return false;
         }
         #[cfg(test)]
-        probes::count();
+        super::test_counts::count(super::test_counts::Count::Probes);
         lock_byte(map, slot, libc::F_WRLCK).unwrap_or(false)
     }
 
@@ -273,26 +273,5 @@ fn lock_byte(map: &Mapping, slot: usize, kind: i32) -> Result<bool, SemError> {
         Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
         Some(libc::ENOLCK) => Err(SemError::NoSpace),
         _ => Err(SemError::Invalid),
-    }
-}
-
-/// How many slots this thread asked [`Registry::lock_if_dead`] about: a
-/// test's count of the `fcntl`s a search for the dead cost, which is what
-/// narrowing the search saves and no result shows.
-#[cfg(test)]
-pub(super) mod probes {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        static PROBES: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub(super) fn count() {
-        PROBES.with(|p| p.set(p.get() + 1));
-    }
-
-    /// The count so far.
-    pub(in crate::sem::shared) fn made() -> u64 {
-        PROBES.with(|p| p.get())
     }
 }
