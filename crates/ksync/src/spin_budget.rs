@@ -149,12 +149,12 @@ fn start_measuring() -> u64 {
 /// while one in ten did not wait (see the module docs). Sorts `hand_offs`;
 /// `None` if there are none.
 #[cfg(not(loom))]
-fn typical(hand_offs: &mut [u64]) -> Option<u64> {
+fn hand_off_cost(hand_offs: &mut [u64]) -> Option<u64> {
     hand_offs.sort_unstable();
     hand_offs.get(hand_offs.len() / 10).copied()
 }
 
-/// The [`typical`] of 100 futex round trips between this thread and a
+/// The [`hand_off_cost`] of 100 futex round trips between this thread and a
 /// partner, each halved. `None` if the partner cannot be started.
 #[cfg(not(loom))]
 fn measure() -> Option<u64> {
@@ -197,7 +197,7 @@ fn measure() -> Option<u64> {
         hand_offs.push(start.elapsed().as_nanos() as u64 / 2);
     }
     partner.join().ok()?;
-    typical(&mut hand_offs)
+    hand_off_cost(&mut hand_offs)
 }
 
 /// A spin deadline about `budget` nanoseconds away, checked against the clock
@@ -288,9 +288,9 @@ mod tests {
                 _ => 2_000_000,
             })
             .collect();
-        let figure = typical(&mut hand_offs).unwrap();
+        let figure = hand_off_cost(&mut hand_offs).unwrap();
         assert!((2_500..2_600).contains(&figure), "{figure}");
-        assert_eq!(typical(&mut []), None);
+        assert_eq!(hand_off_cost(&mut []), None);
     }
 
     #[test]
