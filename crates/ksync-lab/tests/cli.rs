@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab, lab_in, ok, paired, records, refused, scratch, stderr, stdout};
+use common::{lab, lab_in, ok, paired, records, refused, report, scratch, stderr, stdout};
 
 #[test]
 fn list_names_every_lock_and_mix() {
@@ -489,8 +489,7 @@ fn json_and_csv_round_trip_through_show() {
         "--repeat",
         "2",
     ]);
-    let text = std::fs::read_to_string(&json).expect("json written");
-    let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let value = report(&json);
     assert_eq!(value["tool"], "ksync-lab");
     assert_eq!(value["repeat"], 2);
     assert!(value["machine"]["cores"].as_u64().unwrap() >= 1);

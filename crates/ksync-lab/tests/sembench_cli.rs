@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{lab, lab_in, ok, paired, records, refused, scratch, stderr, stdout};
+use common::{lab, lab_in, ok, paired, records, refused, report, scratch, stderr, stdout};
 
 /// Fails with status 2 and a message containing `needle`, without a panic.
 fn refused_with(args: &[&str], needle: &str) {
@@ -158,9 +158,7 @@ fn the_report_names_the_spin_budget_of_the_runs_locks() {
         "ksync",
     ]);
     assert!(out.status.success(), "{out:?}");
-    let text = std::fs::read_to_string(&json).expect("json written");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    let ns = report["switch_ns"]
+    let ns = report(&json)["switch_ns"]
         .as_u64()
         .expect("switch_ns in the report");
     assert!((200..=200_000).contains(&ns), "{ns}");

@@ -81,11 +81,15 @@ pub fn refused(args: &[&str]) -> String {
     err
 }
 
+/// The JSON report at `path`.
+pub fn report(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("json written");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
 /// The records of the JSON report at `path`.
 pub fn records(path: &std::path::Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(path).expect("json written");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    report["records"].as_array().expect("records").clone()
+    report(path)["records"].as_array().expect("records").clone()
 }
 
 /// Metric `key` of `backend`'s record from round `round` (`--repeat`).
