@@ -1096,16 +1096,26 @@ fn undo_holders_name_the_process_and_its_adjustments() {
     assert_eq!(set.undo_holders(), Ok(vec![]));
 }
 
+/// Whether this test runs as root, which the tests whose children become
+/// another user need; if not, says loudly on stderr that `test` checked
+/// nothing.
+fn root_or_skipped(test: &str) -> bool {
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let bang = "!".repeat(72);
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{bang}\n!!! SKIPPED sem_shared::{test}:\n\
+         !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
+    );
+    false
+}
+
 #[test]
 fn an_unprivileged_process_gets_the_kernels_permission_errors() {
-    // SAFETY: plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        let bang = "!".repeat(72);
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n{bang}\n!!! SKIPPED sem_shared::an_unprivileged_process_gets_the_kernels_permission_errors:\n\
-             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
-        );
+    if !root_or_skipped("an_unprivileged_process_gets_the_kernels_permission_errors") {
         return;
     }
     // 0600: nobody cannot even open it.
@@ -1163,14 +1173,7 @@ fn an_unprivileged_process_gets_the_kernels_permission_errors() {
 /// EINVAL for the size and EEXIST, which the kernel checks first.
 #[test]
 fn a_process_shut_out_of_the_file_gets_semgets_answers() {
-    // SAFETY: plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        let bang = "!".repeat(72);
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n{bang}\n!!! SKIPPED sem_shared::a_process_shut_out_of_the_file_gets_semgets_answers:\n\
-             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
-        );
+    if !root_or_skipped("a_process_shut_out_of_the_file_gets_semgets_answers") {
         return;
     }
     let key = 0x4b5e_0000 | (std::process::id() as i32 & 0xffff);
@@ -1189,14 +1192,7 @@ fn a_process_shut_out_of_the_file_gets_semgets_answers() {
 /// the file, as the kernel, which checks rights at every call.
 #[test]
 fn a_read_only_handle_writes_once_ipc_set_allows_it() {
-    // SAFETY: plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        let bang = "!".repeat(72);
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n{bang}\n!!! SKIPPED sem_shared::a_read_only_handle_writes_once_ipc_set_allows_it:\n\
-             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
-        );
+    if !root_or_skipped("a_read_only_handle_writes_once_ipc_set_allows_it") {
         return;
     }
     let set = Shared::new(1);
@@ -1220,14 +1216,7 @@ fn a_read_only_handle_writes_once_ipc_set_allows_it() {
 /// call on the set until the reader has counted.
 #[test]
 fn a_read_only_handle_does_not_count_a_dead_processs_sleepers() {
-    // SAFETY: plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        let bang = "!".repeat(72);
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n{bang}\n!!! SKIPPED sem_shared::a_read_only_handle_does_not_count_a_dead_processs_sleepers:\n\
-             !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
-        );
+    if !root_or_skipped("a_read_only_handle_does_not_count_a_dead_processs_sleepers") {
         return;
     }
     let _dog = Watchdog::arm("read_only_count_of_the_dead", Duration::from_secs(60));
