@@ -304,6 +304,28 @@ fn undo_across_sigkill_fork_and_exec() {
     );
 }
 
+/// Processes forked without the `pthread_atfork` handlers (glibc's `_Fork`,
+/// which a program forking in a signal handler calls) are processes of
+/// their own: their undo, their `GETPID`, their wakes. A child that kept
+/// its parent's cached pid took its parent's place in the set (its undo
+/// was never given back) and died of `SIGSEGV` in its parent's io_uring.
+#[test]
+fn processes_forked_without_fork_handlers() {
+    let out = compare("raw_fork");
+    if has_line(&out, "no _Fork in this C library: nothing to check") {
+        eprintln!("raw_fork: this C library has no _Fork; nothing checked");
+        return;
+    }
+    assert!(
+        has_line(&out, "semaphore 1 after the child's exit: 1"),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "a child wakes four with one call: 1"),
+        "{out}"
+    );
+}
+
 /// Checks the probe's report: every System V call answered by `object`
 /// ("libc" or "libksync_sysv"), and the calls through it worked.
 fn assert_probe(run: &Run, how: &str, object: &str) {

@@ -60,6 +60,9 @@ pub mod futex;
 pub mod futex_batch;
 
 #[cfg(any(feature = "std", loom))]
+pub(crate) mod this_process;
+
+#[cfg(any(feature = "std", loom))]
 pub(crate) mod thread_slot;
 
 #[cfg(any(feature = "std", loom))]

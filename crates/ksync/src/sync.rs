@@ -194,5 +194,5 @@ pub(crate) fn signal_fence() {
 /// executions is how a model shows that it reached a path.
 #[cfg(any(feature = "std", loom))]
 pub(crate) mod unmodelled {
-    pub(crate) use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+    pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64};
 }

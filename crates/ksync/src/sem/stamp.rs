@@ -4,49 +4,15 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::sync::unmodelled::AtomicI32 as PidCache;
-use crate::sync::Ordering;
-
-/// The process id the kernel would record (cached: `getpid` is a system call).
-///
-/// Inline, down to one load: every successful operation records it, and on
-/// the lock-free paths (one compare-and-swap) an out-of-line call here and in
-/// [`now_secs`] cost as much as the compare-and-swap itself.
-#[inline(always)]
-pub(super) fn current_pid() -> i32 {
-    let pid = PID.load(Ordering::Relaxed);
-    if pid != 0 {
-        return pid;
-    }
-    first_pid()
-}
-
-/// The cached process id; 0 until the first [`current_pid`] and again in a
-/// forked child.
-static PID: PidCache = PidCache::new(0);
-
-/// Caches the process id, and arranges that a forked child forgets it.
-#[cold]
-#[inline(never)]
-fn first_pid() -> i32 {
-    use std::sync::Once;
-    static AT_FORK: Once = Once::new();
-    extern "C" fn forget_pid() {
-        PID.store(0, Ordering::Relaxed);
-    }
-    AT_FORK.call_once(|| {
-        // SAFETY: registers a handler that only stores to an atomic, which
-        // is async-signal-safe as the child side of fork requires.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
-    });
-    let pid = std::process::id() as i32;
-    PID.store(pid, Ordering::Relaxed);
-    pid
-}
+/// The process id the kernel would record: cached, and forgotten in a fork
+/// child however it was forked (`crate::this_process`).
+pub(super) use crate::this_process::pid as current_pid;
 
 /// Seconds since the epoch (`sem_otime` only has second resolution).
 ///
-/// Inline but for the clock itself: see [`current_pid`].
+/// Inline but for the clock itself: every successful operation records it,
+/// and on the lock-free paths (one compare-and-swap) an out-of-line call
+/// costs as much as the compare-and-swap itself.
 #[inline(always)]
 pub(super) fn now_secs() -> u64 {
     // SAFETY: time(NULL) writes nothing; on x86-64 and AArch64 glibc answers
@@ -76,13 +42,6 @@ pub(super) fn system_time(secs: u64) -> SystemTime {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_pid_is_this_process() {
-        assert_eq!(current_pid(), std::process::id() as i32);
-        // The cached answer is the same.
-        assert_eq!(current_pid(), std::process::id() as i32);
-    }
 
     #[test]
     fn seconds_agree_with_the_system_clock() {

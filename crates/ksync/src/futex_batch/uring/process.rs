@@ -1,10 +1,9 @@
 //! What this process knows about io_uring futex wakes: whether they work
-//! (found out by the first ring, or turned off by [`ENV_VAR`]), and a fork
-//! generation that tells a thread its ring was inherited from the parent.
+//! (found out by the first ring, or turned off by [`ENV_VAR`]), and how many
+//! rings it has, which a fork child does not inherit.
 
-use std::sync::Once;
-
-use crate::sync::{AtomicU32, AtomicU8, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use crate::this_process;
 
 /// The environment variable that forces the fallback.
 const ENV_VAR: &str = "KSYNC_NO_IO_URING";
@@ -33,24 +32,27 @@ pub(super) fn state() -> u8 {
     UNKNOWN
 }
 
-/// Bumped in a fork child: a ring inherited across `fork` belongs to the
-/// parent (its mappings are `MADV_DONTFORK`) and is abandoned unused.
-pub(super) static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
+/// Rings this process made and has not closed, with the generation
+/// (`crate::this_process`) of the process that counted them:
+/// `generation << 32 | count`. A fork child, however made, inherits its
+/// parent's rings unusable (their mappings are `MADV_DONTFORK`) and
+/// abandons them, so it starts from none.
+static LIVE_RINGS: AtomicU64 = AtomicU64::new(0);
 
-extern "C" fn after_fork_in_child() {
-    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
-    // The parent's rings are not the child's, and their drops here leave
-    // them alone (`ring.rs`).
-    LIVE_RINGS.store(0, Ordering::Relaxed);
+/// The rings counted in `live` if this process counted them, else none.
+fn count_in(live: u64, generation: u32) -> u32 {
+    if (live >> 32) as u32 == generation {
+        live as u32
+    } else {
+        0
+    }
 }
-
-/// Rings this process made and has not closed.
-static LIVE_RINGS: AtomicU32 = AtomicU32::new(0);
 
 /// A ring counted in [`LIVE_RINGS`] until it is dropped in the process
 /// that made it.
 pub(super) struct RingRoom {
-    fork_generation: u32,
+    /// The process's generation when the ring was made.
+    pub(super) generation: u32,
 }
 
 impl RingRoom {
@@ -60,21 +62,31 @@ impl RingRoom {
     /// quarter of the descriptors the process may open (`RLIMIT_NOFILE`'s
     /// soft limit, read once); threads past that wake word by word.
     pub(super) fn take() -> Option<RingRoom> {
-        if LIVE_RINGS.fetch_add(1, Ordering::Relaxed) >= ring_cap() {
-            LIVE_RINGS.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(RingRoom {
-            fork_generation: FORK_GENERATION.load(Ordering::Relaxed),
-        })
+        let generation = this_process::generation();
+        let packed = |count: u32| (u64::from(generation) << 32) | u64::from(count);
+        LIVE_RINGS
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+                let count = count_in(live, generation);
+                (count < ring_cap()).then(|| packed(count + 1))
+            })
+            .ok()?;
+        Some(RingRoom { generation })
+    }
+
+    /// Whether the ring was made by a parent this process was forked from.
+    pub(super) fn inherited(&self) -> bool {
+        self.generation != this_process::generation()
     }
 }
 
 impl Drop for RingRoom {
     fn drop(&mut self) {
-        if self.fork_generation == FORK_GENERATION.load(Ordering::Relaxed) {
-            LIVE_RINGS.fetch_sub(1, Ordering::Relaxed);
-        }
+        let generation = self.generation;
+        // A ring a parent counted is not this process's to uncount.
+        let _ = LIVE_RINGS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+            let count = count_in(live, generation);
+            (count > 0).then(|| live - 1)
+        });
     }
 }
 
@@ -95,20 +107,6 @@ fn ring_cap() -> u32 {
     };
     CAP.store(cap, Ordering::Relaxed);
     cap
-}
-
-/// Registers the fork handler once; false if that failed (then no ring
-/// may be made: a child could not tell it inherited one).
-pub(super) fn watch_forks() -> bool {
-    static ONCE: Once = Once::new();
-    static OK: AtomicU8 = AtomicU8::new(0);
-    ONCE.call_once(|| {
-        // SAFETY: registers a plain function with no captured state; the
-        // handler only touches a static atomic, which is async-signal-safe.
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-        OK.store(u8::from(rc == 0), Ordering::Relaxed);
-    });
-    OK.load(Ordering::Relaxed) == 1
 }
 
 /// Whether the environment variable's value forces the fallback: any value

@@ -12,7 +12,7 @@ use super::abi::{
     IORING_OFF_SQES, IORING_OFF_SQ_RING, IORING_OP_FUTEX_WAKE, IORING_REGISTER_PROBE,
     IORING_SETUP_SINGLE_ISSUER, IORING_SETUP_SUBMIT_ALL, IO_URING_OP_SUPPORTED, PROBE_OPS,
 };
-use super::process::{watch_forks, RingRoom, FORK_GENERATION, STATE, UNKNOWN, USABLE};
+use super::process::{RingRoom, STATE, UNKNOWN, USABLE};
 use crate::futex_batch::Scope;
 use crate::sync::{AtomicU32, Ordering};
 
@@ -52,9 +52,9 @@ pub(super) struct Ring {
     cq_tail: *const AtomicU32,
     cq_mask: u32,
     cqes: *const Cqe,
-    fork_generation: u32,
-    /// Counted among the process's rings while it lives.
-    _room: RingRoom,
+    /// Counted among the process's rings while it lives; knows which
+    /// process made the ring.
+    room: RingRoom,
 }
 
 /// Maps `len` bytes of the ring `fd` at `offset`.
@@ -75,9 +75,10 @@ fn map(fd: c_int, len: usize, offset: libc::off_t) -> Option<*mut c_void> {
         return None;
     }
     // A fork child must not share (and corrupt) the parent's rings: the
-    // fork generation keeps children that ran the fork handlers off them,
-    // and this keeps the memory out of those that did not (`_Fork`, a raw
-    // `clone`), which would otherwise advance the parent's tail.
+    // process generation (`crate::this_process`) keeps every child off
+    // them, and this keeps the memory out of a child that could not tell
+    // (`_Fork` or a raw `clone` on a kernel older than 4.14), which would
+    // otherwise advance the parent's tail.
     // SAFETY: advice on the mapping we just made, then its unmapping.
     unsafe {
         if libc::madvise(ptr, len, libc::MADV_DONTFORK) != 0 {
@@ -92,12 +93,8 @@ impl Ring {
     /// Sets up a ring of `entries` and, while the process state is
     /// unknown, asks the kernel whether it supports futex wakes.
     pub(super) fn new(entries: u32) -> Result<Ring, Failure> {
-        if !watch_forks() {
-            return Err(Failure::Broken);
-        }
         // Released on every error path below (its drop).
         let room = RingRoom::take().ok_or(Failure::Broken)?;
-        let fork_generation = FORK_GENERATION.load(Ordering::Relaxed);
         let mut params = Params {
             // SUBMIT_ALL: a bad entry must not leave the rest of the batch
             // unsubmitted in the ring. SINGLE_ISSUER: only this thread
@@ -175,8 +172,7 @@ impl Ring {
             cq_tail: at(params.cq_off.tail).cast(),
             cq_mask,
             cqes: at(params.cq_off.cqes).cast(),
-            fork_generation,
-            _room: room,
+            room,
         };
         // The SQ index array: slot i always names SQE i.
         let array = at(params.sq_off.array).cast::<u32>();
@@ -228,7 +224,7 @@ impl Ring {
 
     /// Whether this ring was inherited across `fork` from the parent.
     pub(super) fn inherited(&self) -> bool {
-        self.fork_generation != FORK_GENERATION.load(Ordering::Relaxed)
+        self.room.inherited()
     }
 
     /// Wakes `words` (at most `self.batch`) with one submission and waits
