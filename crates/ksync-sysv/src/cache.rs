@@ -18,14 +18,17 @@
 //! refilled or the thread exits; nothing is ever freed under a reader.
 //!
 //! Locks and `fork`: the table's lock is held only to look up, insert or
-//! remove one entry (no system call under it), so a `fork` that catches
-//! another thread inside that window is the only way a child can find it
-//! taken; the per-thread slots need no lock.
+//! remove one entry, but a `fork` that caught another thread in that window
+//! would leave the child, where that thread does not exist, waiting for ever
+//! on its first call that misses its slots (as `fork` in a threaded server
+//! may, while a thread opens a set). So `fork` takes the lock first and
+//! releases it on both sides (`pthread_atfork`); the per-thread slots need
+//! no lock.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ksync::sem::{SemError, SharedSemSet};
 
@@ -60,11 +63,46 @@ fn slot_of(id: i32) -> usize {
 // A panic elsewhere while holding the lock leaves the map itself sound (each
 // change is one insert or remove), so a poisoned lock is used as it is.
 fn read() -> RwLockReadGuard<'static, Table> {
+    hold_across_fork();
     TABLE.read().unwrap_or_else(|p| p.into_inner())
 }
 
 fn write() -> RwLockWriteGuard<'static, Table> {
+    hold_across_fork();
     TABLE.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes every `fork` take the table's lock first and release it on both
+/// sides, so no child copies it taken (the module's documentation).
+fn hold_across_fork() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers plain functions, which take the table's lock in
+        // the forking thread (the library never forks, so that thread holds
+        // no lock of ours) and release it on both sides.
+        unsafe {
+            libc::pthread_atfork(
+                Some(take_for_fork),
+                Some(release_after_fork),
+                Some(release_after_fork),
+            )
+        };
+    });
+}
+
+thread_local! {
+    /// The table's lock, held by the forking thread across its `fork`.
+    static HELD_FOR_FORK: RefCell<Option<RwLockWriteGuard<'static, Table>>> =
+        const { RefCell::new(None) };
+}
+
+extern "C" fn take_for_fork() {
+    let guard = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    let _ = HELD_FOR_FORK.try_with(|held| *held.borrow_mut() = Some(guard));
+}
+
+extern "C" fn release_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|held| drop(held.borrow_mut().take()));
 }
 
 /// The handle for `id` from the table, opening the set if this process has
@@ -191,5 +229,52 @@ mod tests {
         forget(id);
         to_thread.send(()).unwrap();
         assert_eq!(thread.join().unwrap().unwrap_err(), SemError::NotFound);
+    }
+
+    /// A thread holds the table's lock while another forks: the child must
+    /// still be able to take it (the fork waits for the holder). A child
+    /// that copied the lock taken waits for ever; the parent gives it ten
+    /// seconds.
+    #[test]
+    fn a_fork_does_not_copy_the_tables_lock_taken() {
+        use std::time::{Duration, Instant};
+        drop(read());
+        let (held, holding) = channel();
+        let holder = std::thread::spawn(move || {
+            let table = write();
+            held.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            drop(table);
+        });
+        holding.recv().unwrap();
+        // SAFETY: the child only takes and drops the table's lock (futex
+        // operations, no allocation) and leaves with _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            drop(read());
+            // SAFETY: leaves at once, running nothing of the parent's.
+            unsafe { libc::_exit(0) };
+        }
+        holder.join().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: our own child; `status` is ours.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if Instant::now() > deadline {
+                // SAFETY: our own child, not yet reaped.
+                unsafe {
+                    libc::kill(child, libc::SIGKILL);
+                    libc::waitpid(child, &mut status, 0);
+                }
+                panic!("the child waited for a table lock its parent's thread held");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     }
 }
