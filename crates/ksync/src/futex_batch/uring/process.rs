@@ -52,7 +52,7 @@ fn count_in(live: u64, generation: u32) -> u32 {
 /// that made it.
 pub(super) struct RingRoom {
     /// The process's generation when the ring was made.
-    pub(super) generation: u32,
+    generation: u32,
 }
 
 impl RingRoom {
