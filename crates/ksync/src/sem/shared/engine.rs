@@ -951,6 +951,15 @@ impl Drop for Locked<'_> {
                 });
             }
         }
+        // A slot completed in this hold may have been freed in it since,
+        // its process found dead by a later search (a reap, `make_room`),
+        // and even given to a call queued after that: publishing the dead
+        // sleeper's result there would tell the new sleeper, whose call was
+        // never performed, that it succeeded. Only slots still holding a
+        // result are published and woken.
+        let map = self.map;
+        self.woken
+            .retain(|&slot| map.load(layout.sleeper(slot, sleeper::STATE)) == SLEEPER_DONE);
         // Results are published before the lock is released: a sleeper
         // frees its slot once it sees its result, and only a later lock
         // holder can give the slot to another sleeper, so no late store
@@ -1365,6 +1374,68 @@ mod tests {
             assert_eq!(set.get_all(), Ok(vec![0, 0]));
         }
         result
+    }
+
+    /// In a child: fills every free sleeper slot with a sleeper of this
+    /// process on a decrement of semaphore 0, without sleeping in any.
+    fn fill_free_sleeper_slots(set: &SharedSemSet) -> bool {
+        let Ok(me) = set.me() else { return false };
+        let Ok(mut held) = Locked::enter(&set.map, me) else {
+            return false;
+        };
+        held.hold_sem(0);
+        while held.enqueue(&[SemBuf::new(0, -1, 0)], 0).is_ok() {}
+        true
+    }
+
+    /// A sleeper of another process is completed in one hold of the lock
+    /// (its process alive), then its process is killed and a search for
+    /// the dead in the same hold (`reap_if_due`, `make_room`, a sweep) frees
+    /// its slot, still listed in `woken`. A call queued in that same hold
+    /// gets the slot; the release must not publish the dead sleeper's result
+    /// into it, telling the new sleeper, whose call was never performed,
+    /// that it succeeded (and leaving a free slot linked in the queue once
+    /// that sleeper leaves).
+    #[test]
+    fn a_dead_sleepers_result_is_not_published_into_the_slot_that_reused_it() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        let me = set.me().unwrap();
+        let mut sleeper = Child::fork(
+            || set.me().is_ok(),
+            || {
+                let _ = set.semop(&[SemBuf::new(0, -1, 0)]);
+            },
+        );
+        while set.ncnt(0) != Ok(1) {
+            assert!(sleeper.alive(), "the sleeper died before it slept");
+            std::thread::yield_now();
+        }
+        let s = set.map.load(header::QUEUE_HEAD) as usize - 1;
+        // A living process fills the rest of the table, so the slot freed
+        // below is the one a call queueing next gets.
+        let _filler = Child::fork(|| fill_free_sleeper_slots(set), idle);
+        let _clock = just_reaped_and_swept(set);
+        let mut held = Locked::enter(&set.map, me).unwrap();
+        // A post completes the child's sleeper: its process is alive.
+        assert_eq!(held.perform(&[SemBuf::new(0, 1, 0)]), Outcome::Done);
+        assert_eq!(held.woken, [s]);
+        // Killed while this hold goes on; the hold then looks for the dead.
+        sleeper.kill();
+        assert!(held.reap());
+        // This process's own call blocks and queues, as `locked_op` does.
+        assert_eq!(held.perform(&[SemBuf::new(0, -1, 0)]), Outcome::Blocked(0));
+        let mine = held.enqueue(&[SemBuf::new(0, -1, 0)], 0).unwrap();
+        assert_eq!(mine, s, "the freed slot is reused");
+        drop(held);
+        let layout = set.map.layout;
+        let state = set.map.load(layout.sleeper(mine, sleeper::STATE));
+        let status = set.map.load(layout.sleeper(mine, sleeper::STATUS));
+        assert_eq!(state, SLEEPER_QUEUED);
+        assert_ne!(
+            status, READY,
+            "a queued sleeper whose call was never performed is told it succeeded"
+        );
     }
 
     #[test]
