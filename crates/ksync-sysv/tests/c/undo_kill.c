@@ -3,7 +3,8 @@
  *    its hold is given back, GETPID names it, and a sleeper waiting for that
  *    semaphore wakes up and gets it
  *  - a sleeper killed while it waits leaves no trace (GETNCNT 0, value kept)
- *  - the adjustment on exit is clamped to [0, 32767] instead of blocking
+ *  - the adjustment on exit is clamped to [0, 32767] instead of blocking,
+ *    and is an operation: sem_otime moves
  *  - fork does not copy undo (a child's exit undoes nothing of its parent's),
  *    exec keeps it (the undo happens when the exec'd program exits)
  *  - IPC_RMID while a process holds undo: that process exits cleanly */
@@ -132,6 +133,27 @@ static void clamping(void)
     remove_set(id);
 }
 
+static void undo_stamps_otime(void)
+{
+    int id = new_set(1, 0600);
+    struct sembuf up = { 0, 1, SEM_UNDO };
+    pid_t h = holder(id, &up, 1);
+    struct semid_ds ds;
+    union semun arg = { .buf = &ds };
+    if (semctl(id, 0, IPC_STAT, arg) == -1)
+        die("IPC_STAT");
+    time_t before = ds.sem_otime;
+    /* sem_otime counts whole seconds: let the next one begin. */
+    while (time(NULL) <= before)
+        sleep_ms(10);
+    kill_and_reap(h);
+    show("value after the holder's undo", semctl(id, 0, GETVAL));
+    if (semctl(id, 0, IPC_STAT, arg) == -1)
+        die("IPC_STAT");
+    printf("sem_otime moved by the undo: %d\n", ds.sem_otime > before);
+    remove_set(id);
+}
+
 static void fork_and_exec(const char *self)
 {
     int id = new_set(1, 0600);
@@ -187,6 +209,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     killed_holder();
     clamping();
+    undo_stamps_otime();
     fork_and_exec(argv[0]);
     return 0;
 }

@@ -864,6 +864,11 @@ impl<'a> Locked<'a> {
         }
         tx.write(layout.proc(slot, proc_slot::STATE), state);
         tx.commit();
+        // The kernel's exit_sem stamps the operation time after applying a
+        // dying process's adjustments (do_smart_update with otime set).
+        if !adjs.is_empty() {
+            touch_otime(self.map);
+        }
     }
 
     /// Drops queued sleepers whose process no longer holds its slot (its
