@@ -16,7 +16,7 @@ use super::layout::{
 };
 use super::lock::{lock, unlock, Taken};
 use super::map::Mapping;
-use super::procs::{holds_incarnation, is_alive, registry, Me};
+use super::procs::{holds_incarnation, incarnation_alive, registry, Me};
 use super::share;
 use super::wake::Change;
 use crate::futex::wake_shared;
@@ -109,7 +109,7 @@ pub(super) fn count_live_sleepers_in(
         if slot >= NPROC || !holds_incarnation(map, slot, gen) {
             return false;
         }
-        *known[slot].get_or_insert_with(|| is_alive(map, slot))
+        *known[slot].get_or_insert_with(|| incarnation_alive(map, slot, gen))
     })
 }
 
@@ -1129,6 +1129,7 @@ mod tests {
     use super::frozen_clock::{self, Frozen};
     use super::*;
     use crate::sem::{IPC_NOWAIT, SEM_UNDO};
+    use std::os::fd::AsRawFd;
     use std::time::Duration;
 
     /// A `fork` child of the test process, killed (`SIGKILL`) and waited
@@ -1440,6 +1441,147 @@ mod tests {
         assert_ne!(
             status, READY,
             "a queued sleeper whose call was never performed is told it succeeded"
+        );
+    }
+
+    /// A sleeper of a killed process, not yet reaped, whose process slot a
+    /// new process is claiming (`Registry::claim`: it holds the slot's
+    /// liveness byte with a read lock, and has not stored the new
+    /// incarnation yet, preempted on its way back from `fcntl`, say). A
+    /// post must not take the locked byte for the dead process's life and
+    /// give it the unit, which would be lost when the slot is adopted: a
+    /// living process's IPC_NOWAIT decrement gets it, as from the kernel
+    /// (which takes a killed sleeper off its queue). When the claim took
+    /// the write lock first, the post gave the unit away.
+    #[test]
+    fn a_post_gives_no_unit_to_a_dead_sleeper_whose_slot_is_being_claimed() {
+        let scratch = Scratch::new(1);
+        let set = &scratch.0;
+        set.me().unwrap();
+        let mut sleeper = Child::fork(
+            || set.me().is_ok(),
+            || {
+                let _ = set.semop(&[SemBuf::new(0, -1, 0)]);
+            },
+        );
+        while set.ncnt(0) != Ok(1) {
+            assert!(sleeper.alive(), "the sleeper died before it slept");
+            std::thread::yield_now();
+        }
+        let s = set.map.load(header::QUEUE_HEAD) as usize - 1;
+        let (qslot, _) = split_owner(set.map.load(set.map.layout.sleeper(s, sleeper::OWNER)));
+        let _clock = just_reaped_and_swept(set);
+        sleeper.kill();
+        // A new process takes the dead slot's liveness byte, as the first
+        // step of `Registry::claim`, and has yet to store the new GEN.
+        let fd = set.map.fd.as_raw_fd();
+        let _claimer = Child::fork(
+            move || {
+                // SAFETY: plain old data, then a valid flock on our descriptor.
+                let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+                fl.l_type = libc::F_RDLCK as libc::c_short;
+                fl.l_whence = libc::SEEK_SET as libc::c_short;
+                fl.l_start = (1i64 << 40) + qslot as i64; // procs::LIVENESS_BASE
+                fl.l_len = 1;
+                unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) == 0 }
+            },
+            idle,
+        );
+        // A living process posts one unit.
+        set.semop(&[SemBuf::new(0, 1, 0)]).unwrap();
+        assert_eq!(
+            value(&set.map, 0),
+            1,
+            "the unit went to a dead process's sleeper"
+        );
+        assert_eq!(set.semop(&[SemBuf::new(0, -1, IPC_NOWAIT)]), Ok(()));
+    }
+
+    /// Processes claiming slots at the same moment take turns
+    /// (`Registry::claim`'s claim lock) and each gets a slot of its own:
+    /// two claimers that both took a slot's byte with a read lock would
+    /// both start an incarnation, and one would fail to take the write lock.
+    #[test]
+    fn processes_claiming_at_once_get_slots_of_their_own() {
+        let scratch = Scratch::new(1);
+        // Later rounds claim the slots the earlier rounds' dead left.
+        for _ in 0..12 {
+            claim_at_once(&scratch.0);
+        }
+    }
+
+    /// Forks processes that all claim a slot in `set` at once, and checks
+    /// that each got one of its own.
+    fn claim_at_once(set: &SharedSemSet) {
+        const CLAIMERS: usize = 12;
+        // SAFETY: a fresh shared anonymous page, which fork keeps shared:
+        // the children spin on it until the parent lets them all go.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        // SAFETY: the page is zeroed, aligned, and outlives every use.
+        let go = unsafe { &*page.cast::<std::sync::atomic::AtomicU32>() };
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let mut children = Vec::new();
+        for _ in 0..CLAIMERS {
+            // SAFETY: the child only spins, claims a slot in this set and
+            // writes one byte before `_exit`.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                while go.load(Ordering::Acquire) == 0 {
+                    std::hint::spin_loop();
+                }
+                let byte = [set.me().map_or(u8::MAX, |me| me.slot as u8)];
+                // SAFETY: a valid buffer of one byte on the pipe's write end.
+                unsafe { libc::write(fds[1], byte.as_ptr().cast(), 1) };
+                // Alive, and so holding its slot, until every claimer has
+                // reported.
+                while go.load(Ordering::Acquire) == 1 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // SAFETY: ends the child without running the parent's exit
+                // handlers.
+                unsafe { libc::_exit(0) };
+            }
+            children.push(pid);
+        }
+        go.store(1, Ordering::Release);
+        let mut slots = [0u8; CLAIMERS];
+        let mut got = 0;
+        while got < CLAIMERS {
+            // SAFETY: a valid buffer of the bytes still to come.
+            let n = unsafe { libc::read(fds[0], slots[got..].as_mut_ptr().cast(), CLAIMERS - got) };
+            assert!(n > 0, "a claimer wrote nothing");
+            got += n as usize;
+        }
+        go.store(2, Ordering::Release);
+        for pid in children {
+            let mut status = 0;
+            // SAFETY: our own child; `status` is ours.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+        // SAFETY: our own descriptors and page, no longer used.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            libc::munmap(page, 4096);
+        }
+        let mut sorted = slots;
+        sorted.sort_unstable();
+        assert!(
+            !sorted.contains(&u8::MAX) && sorted.windows(2).all(|w| w[0] != w[1]),
+            "every claimer gets a slot of its own: {slots:?}"
         );
     }
 

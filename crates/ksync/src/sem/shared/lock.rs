@@ -45,8 +45,12 @@ impl Owners for Processes<'_> {
             // incarnation's), and as good as dead.
             return gen != self.me.gen || self.lockers().alone();
         }
-        let current = self.map.load(self.map.layout.proc(slot, proc_slot::GEN));
-        current != gen || !is_alive(self.map, slot)
+        // The incarnation alone, not the slot's state: a claimer takes the
+        // lock to adopt its slot before the state says live. Read again
+        // after the probe, as `incarnation_alive` does: a claimer starts its
+        // incarnation before it takes the write lock the probe may see.
+        let current = || self.map.load(self.map.layout.proc(slot, proc_slot::GEN));
+        current() != gen || !is_alive(self.map, slot) || current() != gen
     }
 
     fn nap(&self, word: &AtomicU32, expected: u32) -> Wake {

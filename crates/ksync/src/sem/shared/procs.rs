@@ -2,7 +2,8 @@
 //!
 //! A process that alters a set claims one of its [`NPROC`] process slots: it
 //! takes a POSIX byte-range write lock on byte `LIVENESS_BASE + slot` of the
-//! set's file and bumps the slot's incarnation (`GEN`). The kernel drops
+//! set's file and bumps the slot's incarnation (`GEN`), in the order
+//! [`Registry::claim`] gives. The kernel drops
 //! POSIX locks when their process dies, however it dies, so another process
 //! that can take the same lock knows the slot's owner is dead (the way LMDB
 //! tracks its readers); a lock held is an owner alive. POSIX locks are not
@@ -175,20 +176,40 @@ impl Registry {
     /// `ENOSPC` when [`NPROC`] processes are alive in the set.
     ///
     /// [`publish`]: Registry::publish
+    ///
+    /// The slot changes hands in an order no prober can misread (see
+    /// [`incarnation_alive`]): with the set's claim lock held, so that
+    /// claimers go one at a time, the claimer takes the slot's liveness
+    /// byte with a *read* lock (refused while a live owner holds its write
+    /// lock), starts the new incarnation, and only then takes the write
+    /// lock. Taking the write lock first, as this did, left a moment where
+    /// the dead owner's incarnation was still current and its liveness byte
+    /// locked: a post in that moment gave a unit to the dead process's
+    /// sleeper, lost when the slot was adopted.
     pub(super) fn claim(&mut self, map: &Arc<Mapping>) -> Result<Me, SemError> {
         let layout = &map.layout;
+        let _one_claimer = ClaimLock::take(map)?;
         for slot in 0..NPROC {
-            if !lock_byte(map, slot, libc::F_WRLCK)? {
+            if !lock_byte(map, slot, libc::F_RDLCK)? {
                 continue;
             }
             // A new incarnation: the previous owner's lock word and sleepers
-            // now name a dead process (`lock.rs`, `engine.rs`).
+            // now name a dead process (`lock.rs`, `engine.rs`). Stored
+            // before the write lock that says the slot's owner lives: a
+            // prober that sees that lock then sees this (`incarnation_alive`).
             let gen_word = map.word(layout.proc(slot, proc_slot::GEN));
             let mut gen = gen_word.load(Ordering::Acquire).wrapping_add(1) & GEN_MASK;
             if gen == 0 {
                 gen = 1;
             }
             gen_word.store(gen, Ordering::Release);
+            // Converts the read lock: no other process holds one (claimers
+            // take turns, and a reaper's write lock would have refused
+            // ours), so this cannot be refused but by an error.
+            if !lock_byte(map, slot, libc::F_WRLCK)? {
+                let _ = lock_byte(map, slot, libc::F_UNLCK);
+                return Err(SemError::Invalid);
+            }
             map.word(layout.proc(slot, proc_slot::PID))
                 .store(current_pid() as u32, Ordering::Relaxed);
             let me = Me { slot, gen };
@@ -238,32 +259,88 @@ pub(super) fn holds_incarnation(map: &Mapping, slot: usize, gen: u32) -> bool {
         && map.load(layout.proc(slot, proc_slot::GEN)) & GEN_MASK == gen
 }
 
-/// Whether the process that holds slot `slot` is alive, without taking
-/// anything: for the lock's waiters, which only need to know. False for a
-/// slot nobody holds; the caller never asks about its own process's slot.
+/// Whether incarnation `gen` of process slot `slot` (below [`NPROC`]) is
+/// current and its process alive: [`holds_incarnation`], then
+/// [`is_alive`], then the incarnation again. A claimer starts the new
+/// incarnation before it takes the write lock ([`Registry::claim`]), so a
+/// write lock seen with the incarnation unchanged afterwards is the old
+/// owner's. The caller never asks about its own process's slot.
+pub(super) fn incarnation_alive(map: &Mapping, slot: usize, gen: u32) -> bool {
+    holds_incarnation(map, slot, gen) && is_alive(map, slot) && holds_incarnation(map, slot, gen)
+}
+
+/// Whether a live process holds slot `slot`'s write lock, without taking
+/// anything; false for a slot nobody holds, or one a claimer is taking
+/// over (a read lock: its previous owner is dead). Only
+/// [`incarnation_alive`] says which incarnation lives. The caller never
+/// asks about its own process's slot.
 pub(super) fn is_alive(map: &Mapping, slot: usize) -> bool {
-    let mut fl = flock(slot, libc::F_WRLCK);
+    let mut fl = flock(LIVENESS_BASE + slot as i64, libc::F_WRLCK);
     // SAFETY: a valid descriptor and a valid flock.
     let rc = unsafe { libc::fcntl(map.fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
     // If the test itself fails, assume alive: waiting longer is safe,
     // taking over a live holder's lock is not.
-    rc != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
+    rc != 0 || fl.l_type == libc::F_WRLCK as libc::c_short
 }
 
-fn flock(slot: usize, kind: i32) -> libc::flock {
+/// The byte whose lock a claimer holds while it takes a slot: claimers of
+/// one set take turns.
+const CLAIM_BYTE: i64 = LIVENESS_BASE - 1;
+
+/// The set's claim lock, held; released on drop (or by the kernel, if the
+/// claimer dies).
+struct ClaimLock<'a>(&'a Mapping);
+
+impl<'a> ClaimLock<'a> {
+    /// Waits for the set's other claimers, a few system calls each.
+    fn take(map: &'a Mapping) -> Result<ClaimLock<'a>, SemError> {
+        let fl = flock(CLAIM_BYTE, libc::F_WRLCK);
+        loop {
+            // SAFETY: a valid descriptor and a valid flock. The raw system
+            // call: glibc's fcntl makes F_SETLKW a cancellation point, which
+            // no System V call is.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_fcntl,
+                    map.fd.as_raw_fd(),
+                    libc::F_SETLKW,
+                    &fl as *const libc::flock,
+                )
+            };
+            if rc == 0 {
+                return Ok(ClaimLock(map));
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOLCK) => return Err(SemError::NoSpace),
+                _ => return Err(SemError::Invalid),
+            }
+        }
+    }
+}
+
+impl Drop for ClaimLock<'_> {
+    fn drop(&mut self) {
+        let fl = flock(CLAIM_BYTE, libc::F_UNLCK);
+        // SAFETY: a valid descriptor and a valid flock.
+        unsafe { libc::fcntl(self.0.fd.as_raw_fd(), libc::F_SETLK, &fl) };
+    }
+}
+
+fn flock(byte: i64, kind: i32) -> libc::flock {
     // SAFETY: plain old data; all-zero is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = LIVENESS_BASE + slot as i64;
+    fl.l_start = byte;
     fl.l_len = 1;
     fl
 }
 
-/// Takes (`F_WRLCK`) or drops (`F_UNLCK`) slot `slot`'s liveness lock without
-/// waiting; `Ok(false)` when another process holds it.
+/// Takes (`F_RDLCK`, `F_WRLCK`) or drops (`F_UNLCK`) slot `slot`'s liveness
+/// lock without waiting; `Ok(false)` when another process holds it.
 fn lock_byte(map: &Mapping, slot: usize, kind: i32) -> Result<bool, SemError> {
-    let fl = flock(slot, kind);
+    let fl = flock(LIVENESS_BASE + slot as i64, kind);
     // SAFETY: a valid descriptor and a valid flock.
     let rc = unsafe { libc::fcntl(map.fd.as_raw_fd(), libc::F_SETLK, &fl) };
     if rc == 0 {

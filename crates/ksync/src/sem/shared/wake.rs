@@ -51,7 +51,7 @@ use super::engine::{Locked, Place};
 use super::eval::{evaluate_into, Eval, Outcome};
 use super::journal::Tx;
 use super::layout::{header, proc_slot, sleeper, split_owner, summary, NPROC};
-use super::procs::{holds_incarnation, is_alive};
+use super::procs::{holds_incarnation, incarnation_alive};
 use crate::sem::complete::Skipped;
 use crate::sem::counters::Counters;
 use crate::sem::{SemBuf, SemError};
@@ -438,7 +438,8 @@ impl Locked<'_> {
             return false;
         }
         if walk.alive[owner] == Liveness::Unknown {
-            walk.alive[owner] = if owner != self.me.slot && is_alive(self.map, owner) {
+            walk.alive[owner] = if owner != self.me.slot && incarnation_alive(self.map, owner, gen)
+            {
                 Liveness::Alive
             } else {
                 Liveness::Dead
