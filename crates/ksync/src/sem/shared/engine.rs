@@ -1340,18 +1340,7 @@ mod tests {
         let scratch = Scratch::new(2);
         let set = &scratch.0;
         set.me().unwrap();
-        let mut sleeper = Child::fork(
-            || set.me().is_ok(),
-            || {
-                let _ = set.semop(&[SemBuf::new(1, -1, 0), SemBuf::new(0, 1, 0)]);
-            },
-        );
-        while set.ncnt(1) != Ok(1) {
-            // A sleeper whose call failed and that died (a panic) fails
-            // the test instead of leaving it waiting for ever.
-            assert!(sleeper.alive(), "the sleeper died before it slept");
-            std::thread::yield_now();
-        }
+        let _sleeper = child_asleep(set, vec![SemBuf::new(1, -1, 0), SemBuf::new(0, 1, 0)], 1);
         // The waker's post as `perform` commits it, with the lock kept:
         // the child then waits to be killed before its `smart_update`.
         let waker = Child::fork(
@@ -1382,6 +1371,24 @@ mod tests {
         result
     }
 
+    /// Forks a child whose call `sops` sleeps in `set`, and waits until
+    /// GETNCNT counts it on semaphore `num`. A child whose call failed and
+    /// that died (a panic) fails the test instead of leaving it waiting for
+    /// ever.
+    fn child_asleep(set: &SharedSemSet, sops: Vec<SemBuf>, num: usize) -> Child {
+        let mut sleeper = Child::fork(
+            || set.me().is_ok(),
+            || {
+                let _ = set.semop(&sops);
+            },
+        );
+        while set.ncnt(num) != Ok(1) {
+            assert!(sleeper.alive(), "the sleeper died before it slept");
+            std::thread::yield_now();
+        }
+        sleeper
+    }
+
     /// In a child: fills every free sleeper slot with a sleeper of this
     /// process on a decrement of semaphore 0, without sleeping in any.
     fn fill_free_sleeper_slots(set: &SharedSemSet) -> bool {
@@ -1407,16 +1414,7 @@ mod tests {
         let scratch = Scratch::new(1);
         let set = &scratch.0;
         let me = set.me().unwrap();
-        let mut sleeper = Child::fork(
-            || set.me().is_ok(),
-            || {
-                let _ = set.semop(&[SemBuf::new(0, -1, 0)]);
-            },
-        );
-        while set.ncnt(0) != Ok(1) {
-            assert!(sleeper.alive(), "the sleeper died before it slept");
-            std::thread::yield_now();
-        }
+        let sleeper = child_asleep(set, vec![SemBuf::new(0, -1, 0)], 0);
         let s = set.map.load(header::QUEUE_HEAD) as usize - 1;
         // A living process fills the rest of the table, so the slot freed
         // below is the one a call queueing next gets.
@@ -1458,16 +1456,7 @@ mod tests {
         let scratch = Scratch::new(1);
         let set = &scratch.0;
         set.me().unwrap();
-        let mut sleeper = Child::fork(
-            || set.me().is_ok(),
-            || {
-                let _ = set.semop(&[SemBuf::new(0, -1, 0)]);
-            },
-        );
-        while set.ncnt(0) != Ok(1) {
-            assert!(sleeper.alive(), "the sleeper died before it slept");
-            std::thread::yield_now();
-        }
+        let sleeper = child_asleep(set, vec![SemBuf::new(0, -1, 0)], 0);
         let s = set.map.load(header::QUEUE_HEAD) as usize - 1;
         let (qslot, _) = split_owner(set.map.load(set.map.layout.sleeper(s, sleeper::OWNER)));
         let _clock = just_reaped_and_swept(set);
