@@ -12,6 +12,11 @@ fn main() {
             .file("src/semctl_shim.c")
             .warnings(true)
             .extra_warnings(true)
+            // A thread whose asynchronous cancel the library held off is
+            // cancelled as `semctl` returns, by a forced unwind that passes
+            // through the shim's frame: it needs unwind tables (x86-64's
+            // default, not every target's).
+            .flag_if_supported("-funwind-tables")
             .compile("ksync_sysv_semctl_shim");
     }
 }

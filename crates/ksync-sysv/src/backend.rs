@@ -27,6 +27,22 @@ pub trait Backend: Sync {
         timeout: Option<UserPtr<timespec>>,
     ) -> Result<(), Errno>;
 
+    /// The part of [`operate`](Self::operate) that finishes a call without
+    /// reaching a cancellation point, tried first with cancellation left as
+    /// the caller has it: `true` when it did the call, which succeeded;
+    /// `false`, with nothing done, when the call needs
+    /// `operate`, which then runs from the start with cancellation disabled.
+    /// The default never finishes one.
+    fn operate_at_once(
+        &self,
+        _semid: c_int,
+        _sops: UserPtr<sembuf>,
+        _nsops: usize,
+        _timeout: Option<UserPtr<timespec>>,
+    ) -> bool {
+        false
+    }
+
     /// `semctl(semid, semnum, cmd, arg)`: what the command returns.
     fn control(&self, semid: c_int, semnum: c_int, command: Command) -> Result<c_int, Errno>;
 }

@@ -189,6 +189,25 @@ pub fn with<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Result<R, SemErro
     }
 }
 
+/// Runs `f` on the set with id `id` if this thread's recent sets hold it,
+/// current: `None` otherwise, with nothing done. Unlike [`with`] it never
+/// goes to the table, whose lock may wait and whose misses open files: the
+/// call that tries this first must not reach a cancellation point.
+#[inline]
+pub fn with_recent<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Option<R> {
+    RECENT
+        .try_with(|cell| {
+            let slots = cell.try_borrow().ok()?;
+            let epoch = EPOCH.load(Ordering::Acquire);
+            match &slots[slot_of(id)] {
+                Some(r) if r.id == id && r.epoch == epoch => Some(f(&r.set)),
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,10 +22,22 @@ use std::sync::OnceLock;
 /// current break.
 #[inline]
 pub fn holds(addr: usize, len: usize) -> bool {
+    within(start_brk(), addr, len)
+}
+
+/// [`holds`] without reading `/proc/self/stat`: false until a call of
+/// [`holds`] in this process has. For the calls that must not reach a
+/// cancellation point, which `open` is.
+#[inline]
+pub fn holds_known(addr: usize, len: usize) -> bool {
+    START.get().is_some_and(|&start| within(start, addr, len))
+}
+
+#[inline(always)]
+fn within(start: usize, addr: usize, len: usize) -> bool {
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
-    let start = start_brk();
     if start == 0 || addr < start {
         return false;
     }
@@ -34,9 +46,11 @@ pub fn holds(addr: usize, len: usize) -> bool {
     top != usize::MAX && end <= top
 }
 
+/// The heap's start once [`start_brk`] has read it.
+static START: OnceLock<usize> = OnceLock::new();
+
 /// The heap's start, 0 if unknown (then nothing is vouched for).
 fn start_brk() -> usize {
-    static START: OnceLock<usize> = OnceLock::new();
     *START.get_or_init(|| {
         std::fs::read_to_string("/proc/self/stat")
             .ok()

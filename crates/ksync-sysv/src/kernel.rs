@@ -6,6 +6,12 @@
 //! they do (the `timespec` and `semid_ds` read in, every structure and array
 //! written out), so the comparison tests exercise them; the rest of the
 //! pointers go to the kernel untouched.
+//!
+//! The system calls go through `syscall`, which is not a cancellation point,
+//! as glibc's own wrappers for these calls are not. The exports disable
+//! cancellation around these calls all the same: the checked copies' pipe
+//! fallback (`read`, `write`) is one, and an asynchronous cancel must not
+//! unwind out of the middle of the library.
 
 use libc::{c_int, c_long, c_ulong, key_t, sembuf, semid_ds, seminfo, timespec};
 

@@ -47,6 +47,10 @@
 //!   but also at `exec` (the set's descriptors are close-on-exec), where
 //!   the kernel keeps them; and lazily, by the next process that needs the
 //!   set's lock, not at the instant of death.
+//! - No call is a cancellation point, as with glibc's, but an asynchronous
+//!   cancel that comes while a call sleeps ends the thread as the call
+//!   returns (the library holds cancellation off while it works), where
+//!   the kernel's call is cancelled in its sleep.
 //! - The rest of `ksync::sem::shared`'s list: rights follow the file (an
 //!   owner or creator the file does not name, after an `IPC_SET` that
 //!   could not change the file's owner, has the file's group or other

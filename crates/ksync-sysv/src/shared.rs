@@ -274,6 +274,36 @@ impl Backend for SharedSets {
         )
     }
 
+    /// One operation that the set's lock-free path does, on a set this
+    /// thread used last, with its `sembuf` (and `timespec`) where the
+    /// library may read it directly: the `semop` of a program's hot loop.
+    /// Every check that could fail sends the call to `operate`, which
+    /// answers in the kernel's order; a success has passed them all.
+    #[inline]
+    fn operate_at_once(
+        &self,
+        semid: c_int,
+        sops: UserPtr<sembuf>,
+        nsops: usize,
+        timeout: Option<UserPtr<timespec>>,
+    ) -> bool {
+        if nsops != 1 || semid < 0 {
+            return false;
+        }
+        if let Some(timeout) = timeout {
+            // SAFETY: timespec is a plain C structure; all zeroes is valid.
+            let mut ts = [unsafe { core::mem::zeroed::<timespec>() }];
+            if !timeout.read_known(&mut ts) || duration(ts[0]).is_err() {
+                return false;
+            }
+        }
+        let mut op = [SemBuf::default()];
+        if !UserPtr::<SemBuf>::new(sops.addr()).read_known(&mut op) {
+            return false;
+        }
+        cache::with_recent(semid, |set| set.try_semop_lock_free(op[0])).unwrap_or(false)
+    }
+
     fn control(&self, semid: c_int, semnum: c_int, command: Command) -> Result<c_int, Errno> {
         // The kernel rejects a negative id before it looks at the command.
         if semid < 0 {

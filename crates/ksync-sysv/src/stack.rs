@@ -31,11 +31,26 @@ thread_local! {
 /// between this call's frame and the top, that is, in live frames.
 #[inline]
 pub fn holds(addr: usize, len: usize) -> bool {
+    within(addr, len, true)
+}
+
+/// [`holds`] without asking glibc for the bounds: false until a call of
+/// [`holds`] on this thread has. For the calls that must not reach a
+/// cancellation point: for the main thread, `pthread_getattr_np` reads
+/// `/proc/self/maps`, and whether that read may be cancelled is glibc's
+/// choice.
+#[inline]
+pub fn holds_known(addr: usize, len: usize) -> bool {
+    within(addr, len, false)
+}
+
+#[inline(always)]
+fn within(addr: usize, len: usize, learn: bool) -> bool {
     let marker = 0u8;
     // The address of a local in this frame: below every live caller frame.
     let here = core::hint::black_box(&marker) as *const u8 as usize;
     let Ok((lowest, top)) = BOUNDS.try_with(|b| {
-        if b.get() == UNKNOWN {
+        if learn && b.get() == UNKNOWN {
             b.set(ask());
         }
         b.get()

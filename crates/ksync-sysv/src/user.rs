@@ -113,20 +113,52 @@ impl<T: Plain> UserPtr<T> {
             || crate::heap::holds(self.addr, bytes)
             || crate::segments::holds(self.addr, bytes)
         {
-            let from = self.addr as *const T;
-            for (i, slot) in out.iter_mut().enumerate() {
-                // SAFETY: the `bytes` bytes at `addr` are mapped and readable
-                // for the whole call (`stack`, `heap`, `segments`); `read_unaligned`
-                // because C only promises `T`'s alignment, which Rust's may
-                // exceed, and `T: Plain` accepts any bytes. One element at a
-                // time through a temporary, not a `memcpy`: a few bytes
-                // (one `sembuf` on the hot path), and no overlap question if
-                // a pointer below the caller's frame reaches into ours.
-                *slot = unsafe { core::ptr::read_unaligned(from.add(i)) };
-            }
+            // SAFETY: `stack`, `heap` or `segments` vouched for the bytes.
+            unsafe { self.read_direct(out) };
             return Ok(());
         }
         transfer(Direction::In, self.addr, out.as_mut_ptr().cast(), bytes)
+    }
+
+    /// Fills `out` straight from this pointer.
+    ///
+    /// # Safety
+    ///
+    /// The `size_of_val(out)` bytes at this pointer are mapped and readable
+    /// for the whole call (`stack`, `heap`, `segments` said so).
+    #[inline(always)]
+    unsafe fn read_direct(self, out: &mut [T]) {
+        let from = self.addr as *const T;
+        for (i, slot) in out.iter_mut().enumerate() {
+            // SAFETY: the bytes are readable (the caller's promise);
+            // `read_unaligned` because C only promises `T`'s alignment,
+            // which Rust's may exceed, and `T: Plain` accepts any bytes. One
+            // element at a time through a temporary, not a `memcpy`: a few
+            // bytes (one `sembuf` on the hot path), and no overlap question
+            // if a pointer below the caller's frame reaches into ours.
+            *slot = unsafe { core::ptr::read_unaligned(from.add(i)) };
+        }
+    }
+
+    /// [`read_into`](Self::read_into)'s direct read alone, vouched for by
+    /// what is known already: `false`, with `out` untouched, where that
+    /// would need a system call (the checked copy, whose fallback `read`
+    /// and `write` on a pipe are cancellation points, or learning the
+    /// stack's bounds or the heap's start, which may open a file). For the
+    /// calls that must not reach a cancellation point; the caller then goes
+    /// on with `read_into`.
+    #[inline]
+    pub fn read_known(self, out: &mut [T]) -> bool {
+        let bytes = core::mem::size_of_val(out);
+        if !(crate::stack::holds_known(self.addr, bytes)
+            || crate::heap::holds_known(self.addr, bytes)
+            || crate::segments::holds(self.addr, bytes))
+        {
+            return false;
+        }
+        // SAFETY: `stack`, `heap` or `segments` vouched for the bytes.
+        unsafe { self.read_direct(out) };
+        true
     }
 
     /// Copies one `T` out.

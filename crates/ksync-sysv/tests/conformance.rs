@@ -233,6 +233,46 @@ fn errno_is_left_alone_on_success() {
     assert_eq!(kept, out.lines().count(), "{out}");
 }
 
+/// None of the calls is a cancellation point: a thread that cancelled
+/// itself makes each call (creating, finding and opening sets, a lock-free
+/// and a locked `semop`, sleeps that time out or are woken, `semctl`s) and
+/// is cancelled at the `pthread_testcancel` after it; a caller's disabled
+/// state stays disabled; and an asynchronous cancel while a call sleeps
+/// ends the thread without the call returning to it. The library's own
+/// work reaches cancellation points (`open`, `getrandom`, `nanosleep`),
+/// where a pending cancel made glibc abort the process.
+#[test]
+fn calls_are_not_cancellation_points() {
+    let out = compare("cancel");
+    let at_testcancel = out
+        .lines()
+        .filter(|l| l.ends_with(": ok, cancelled at pthread_testcancel"))
+        .count();
+    assert_eq!(at_testcancel, 12, "{out}");
+    assert!(
+        has_line(
+            &out,
+            "07 semtimedop -1 past its timeout: -1 EAGAIN, cancelled at pthread_testcancel"
+        ),
+        "{out}"
+    );
+    assert!(
+        has_line(
+            &out,
+            "14 semtimedop with cancellation disabled: EAGAIN, not cancelled while disabled, state kept: yes"
+        ),
+        "{out}"
+    );
+    assert!(has_line(&out, "14 cancelled once enabled: yes"), "{out}");
+    assert!(
+        has_line(
+            &out,
+            "15 asynchronous cancel during a sleeping semtimedop: cancelled, went past the call: no"
+        ),
+        "{out}"
+    );
+}
+
 #[test]
 fn semctl_every_command() {
     let out = compare("semctl_cmds");
