@@ -33,7 +33,9 @@
 //!   call the removal overtakes (a sleeper) gets `EIDRM`.
 //! - `SEM_STAT`/`SEM_STAT_ANY` take the position in the sorted list of ids,
 //!   so removing a set closes its gap; `SEM_STAT_ANY` can only read sets
-//!   whose file the caller may open, the same as `SEM_STAT`'s.
+//!   whose file the caller may open (the file's mode is the set's for the
+//!   group and others) or has open (a set its parent had used when it
+//!   forked), where the kernel reads every set.
 //! - A process the set's mode shuts out of its file gets the kernel's
 //!   answers in the kernel's order (`semget` finds the set when its flags
 //!   ask for no right it lacks; `EEXIST`, `EINVAL`, `EFBIG`, `EPERM` come
@@ -54,7 +56,9 @@
 //! - The rest of `ksync::sem::shared`'s list: rights follow the file (an
 //!   owner or creator the file does not name, after an `IPC_SET` that
 //!   could not change the file's owner, has the file's group or other
-//!   rights), at most 128 processes per set and 1024 sleepers, and a `SIGBUS` handler,
+//!   rights; a process with `CAP_IPC_OWNER` or `CAP_SYS_ADMIN`, which the
+//!   library checks as the kernel does, still needs the file to open),
+//!   at most 128 processes per set and 1024 sleepers, and a `SIGBUS` handler,
 //!   installed when the first set is mapped, that turns a set file shortened
 //!   under the mapping into `EINVAL` and passes every other `SIGBUS` on.
 //!

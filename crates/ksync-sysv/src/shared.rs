@@ -185,15 +185,21 @@ fn info(out: UserPtr<seminfo>, usage: bool) -> Result<c_int, Errno> {
 
 /// `SEM_STAT` (`any == false`: read permission needed) and `SEM_STAT_ANY`:
 /// the set at `index` in the sorted list of ids; returns its id.
-fn stat_index(index: c_int, out: UserPtr<semid_ds>) -> Result<c_int, Errno> {
+fn stat_index(index: c_int, out: UserPtr<semid_ds>, any: bool) -> Result<c_int, Errno> {
     let id = usize::try_from(index)
         .ok()
         .and_then(|i| set_ids().get(i).copied())
         .ok_or(Errno::EINVAL)?;
-    // SharedSemSet::stat checks read permission; SEM_STAT_ANY's lack of a
-    // check cannot go further than the file's mode lets this process open
-    // it, which is the same test (see the crate's documentation).
-    let stat = on_set(id, |set| set.stat().map_err(errno), refused)?;
+    // SEM_STAT_ANY's lack of a check cannot go further than the file's
+    // mode lets this process open it (a sealed set is refused), but a set
+    // whose own mode shuts out a process that has its file open (an owner
+    // at mode 0, root without CAP_IPC_OWNER, a child of a process that
+    // used the set) is read, as the kernel reads it.
+    let stat = on_set(
+        id,
+        |set| if any { set.stat_any() } else { set.stat() }.map_err(errno),
+        refused,
+    )?;
     out.write(&semid_ds_of(&stat))?;
     Ok(id)
 }
@@ -312,7 +318,8 @@ impl Backend for SharedSets {
         match command {
             Command::Info(out) => info(out, false),
             Command::UsageInfo(out) => info(out, true),
-            Command::StatIndex(out) | Command::StatIndexAny(out) => stat_index(semid, out),
+            Command::StatIndex(out) => stat_index(semid, out, false),
+            Command::StatIndexAny(out) => stat_index(semid, out, true),
             Command::Stat(out) => {
                 let stat = on_set(semid, |set| set.stat().map_err(errno), refused)?;
                 out.write(&semid_ds_of(&stat))?;

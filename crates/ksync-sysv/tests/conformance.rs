@@ -281,16 +281,9 @@ fn semctl_every_command() {
 
 #[test]
 fn semctl_errors() {
-    let out = compare_with(
-        "semctl_errors",
-        &[Difference {
-            // A shared set's header is read through its file, which the
-            // file's mode (the set's) closes to nobody: SEM_STAT_ANY sees
-            // only the sets SEM_STAT may read.
-            kernel: "02 SEM_STAT_ANY as nobody finds it: 1",
-            shared: "02 SEM_STAT_ANY as nobody finds it: 0",
-        }],
-    );
+    // nobody's SEM_STAT_ANY finds root's mode-0 set, whose file it may
+    // not open, through the handle it inherited from root at fork.
+    let out = compare("semctl_errors");
     assert!(has_line(&out, "03 IPC_STAT bad buffer: -1 EFAULT"), "{out}");
     assert!(has_line(&out, "03 IPC_SET uid -1: -1 EINVAL"), "{out}");
 }
@@ -308,21 +301,13 @@ fn semctl_multi_op_undo_stress() {
 fn semctl_info_and_stat_any() {
     compare_with(
         "semctl_info",
-        &[
-            Difference {
-                // As in semctl_errors: nobody cannot read the mode-0 and
-                // mode-0600 sets' files.
-                kernel: "09 nobody SEM_STAT_ANY sets 3 semaphores 6",
-                shared: "09 nobody SEM_STAT_ANY sets 1 semaphores 3",
-            },
-            Difference {
-                // The shared sets' index is the position in the sorted list
-                // of ids, so removing a set closes its gap; the kernel's
-                // table keeps the hole until the index is reused.
-                kernel: "09 root after removing the middle set SEM_INFO highest index: 2",
-                shared: "09 root after removing the middle set SEM_INFO highest index: 1",
-            },
-        ],
+        &[Difference {
+            // The shared sets' index is the position in the sorted list
+            // of ids, so removing a set closes its gap; the kernel's
+            // table keeps the hole until the index is reused.
+            kernel: "09 root after removing the middle set SEM_INFO highest index: 2",
+            shared: "09 root after removing the middle set SEM_INFO highest index: 1",
+        }],
     );
 }
 
@@ -458,9 +443,9 @@ fn permission_checks_for_shut_out_processes() {
                 kernel: "04 SETVAL at 0622: ok",
                 shared: "04 SETVAL at 0622: -1 EACCES",
             },
-            // Only root can change a file's owner: the owner an
-            // unprivileged IPC_SET names has the file's other rights (none
-            // at 0600) and is not the owner the file names.
+            // Only CAP_CHOWN changes a file's owner: the owner an IPC_SET
+            // without it names has the file's other rights (none at 0600)
+            // and is not the owner the file names.
             Difference {
                 kernel: "05 GETVAL by the new owner: ok",
                 shared: "05 GETVAL by the new owner: -1 EACCES",
@@ -488,6 +473,20 @@ fn permission_checks_for_shut_out_processes() {
     );
     assert!(
         has_line(&out, "03 the reader sleeps in the queue: 1"),
+        "{out}"
+    );
+    // Root is not privileged by its user id: without CAP_IPC_OWNER and
+    // CAP_SYS_ADMIN the mode bits and ownership decide, as for anybody.
+    assert!(
+        has_line(&out, "06 CAP_IPC_OWNER or CAP_SYS_ADMIN left: 0"),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "06 semop +1 on its own mode-0 set: -1 EACCES"),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "06 IPC_RMID of nobody's 0666 set: -1 EPERM"),
         "{out}"
     );
 }

@@ -16,13 +16,27 @@
  *      set (the shared sets cannot: see the test's differences)
  *  05  an owner the set's file does not name: a non-root creator gives its
  *      set to nobody, which the kernel then treats as the owner (the
- *      shared sets cannot: only root can change a file's owner); the
+ *      shared sets cannot: only CAP_CHOWN changes a file's owner); the
  *      creator still removes it
+ *  06  root without CAP_IPC_OWNER and CAP_SYS_ADMIN in its effective set:
+ *      the kernel asks for the capabilities, not for user id 0, so its
+ *      own mode-0 set refuses it reads and writes (SEM_STAT_ANY, which
+ *      checks no right, still reads it), nobody's 0666 set refuses it
+ *      IPC_SET and IPC_RMID, and ownership still lets it IPC_SET its own
+ *  07  nobody keeping CAP_IPC_OWNER (PR_SET_KEEPCAPS, setuid, capset):
+ *      past the mode bits of its own mode-0 set, past semget's check of
+ *      root's mode-0 set, and past its reads and writes when it also keeps
+ *      CAP_DAC_OVERRIDE (without it the shared sets cannot open root's
+ *      file). Skipped where root has no CAP_IPC_OWNER to keep (a default
+ *      Docker container).
  *
  * Each unprivileged process is forked before its set exists, so that it
  * finds the set on its own (no handle inherited from root). */
 #include "common.h"
 #include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 
 /* A user and group no process of the machine runs as. */
 #define OTHER_UID 4242
@@ -51,8 +65,46 @@ static int get(int fd)
     return v;
 }
 
-/* Forks a child that drops every group and becomes uid/gid, then runs fn. */
-static void start(struct peer *p, uid_t uid, gid_t gid, void (*fn)(struct peer *))
+/* The calling thread's capabilities (version 3: two words per set), with
+ * the raw system calls, so that no libcap is needed. */
+static int caps_get(struct __user_cap_data_struct data[2])
+{
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    return (int)syscall(SYS_capget, &header, data);
+}
+
+static int caps_set(struct __user_cap_data_struct data[2])
+{
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    return (int)syscall(SYS_capset, &header, data);
+}
+
+#define CAP_BIT(cap) (1u << ((cap) % 32))
+
+/* Whether capability `cap` (below 32) is in the effective set. */
+static int has_cap(int cap)
+{
+    struct __user_cap_data_struct data[2];
+    if (caps_get(data) == -1)
+        die("capget");
+    return (data[0].effective & CAP_BIT(cap)) != 0;
+}
+
+/* Whether the capabilities in `caps` (bits below 32) are all permitted. */
+static int may_keep(unsigned caps)
+{
+    struct __user_cap_data_struct data[2];
+    if (caps_get(data) == -1)
+        die("capget");
+    return (data[0].permitted & caps) == caps;
+}
+
+/* Forks a child that drops every group and becomes uid/gid, keeping of its
+ * capabilities only those in `keep` (bits below 32: PR_SET_KEEPCAPS keeps
+ * the permitted set across setuid, capset makes them effective), then
+ * runs fn. With keep 0, setuid alone decides, as for any process. */
+static void start_keeping(struct peer *p, uid_t uid, gid_t gid, unsigned keep,
+                          void (*fn)(struct peer *))
 {
     int down[2], up[2];
     if (pipe(down) == -1 || pipe(up) == -1)
@@ -66,8 +118,21 @@ static void start(struct peer *p, uid_t uid, gid_t gid, void (*fn)(struct peer *
         close(up[0]);
         p->in = down[0];
         p->out = up[1];
+        if (keep != 0 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) == -1)
+            die("prctl(PR_SET_KEEPCAPS)");
         if (setgroups(0, NULL) == -1 || setgid(gid) == -1 || setuid(uid) == -1)
             die("setuid");
+        if (keep != 0) {
+            struct __user_cap_data_struct data[2];
+            if (caps_get(data) == -1)
+                die("capget");
+            data[0].permitted &= keep;
+            data[0].effective = data[0].permitted;
+            data[0].inheritable = 0;
+            memset(&data[1], 0, sizeof data[1]);
+            if (caps_set(data) == -1)
+                die("capset");
+        }
         fn(p);
         fflush(stdout);
         _exit(0);
@@ -76,6 +141,11 @@ static void start(struct peer *p, uid_t uid, gid_t gid, void (*fn)(struct peer *
     close(up[1]);
     p->to_child = down[1];
     p->from_child = up[0];
+}
+
+static void start(struct peer *p, uid_t uid, gid_t gid, void (*fn)(struct peer *))
+{
+    start_keeping(p, uid, gid, 0, fn);
 }
 
 static void finish(struct peer *p)
@@ -138,7 +208,7 @@ static void refused(const char *tag, int id)
 #undef CALL
 }
 
-static key_t g_key, g_owners_key, g_given_key;
+static key_t g_key, g_owners_key, g_given_key, g_caps_key;
 
 static void nobody_and_a_closed_set(struct peer *p)
 {
@@ -318,6 +388,156 @@ static void perm05(void)
     finish(&p);
 }
 
+/* The index SEM_STAT_ANY finds set `id` at, -1 if at none: SEM_INFO's
+ * highest index bounds the walk. */
+static int stat_any_index(int id)
+{
+    struct seminfo info;
+    union semun arg = { .__buf = &info };
+    int highest = semctl(0, 0, SEM_INFO, arg);
+    for (int i = 0; i <= highest; i++) {
+        struct semid_ds ds;
+        union semun buf = { .buf = &ds };
+        if (semctl(i, 0, SEM_STAT_ANY, buf) == id)
+            return i;
+    }
+    return -1;
+}
+
+/* A nobody process that creates a set of mode `mode` and hands its id up. */
+static int g_nobody_mode;
+
+static void nobody_creates(struct peer *p)
+{
+    put(p->out, new_set(1, g_nobody_mode));
+}
+
+static int nobodys_set(int mode)
+{
+    struct peer p;
+    g_nobody_mode = mode;
+    start(&p, NOBODY_UID, NOBODY_GID, nobody_creates);
+    int id = get(p.from_child);
+    finish(&p);
+    return id;
+}
+
+/* Its owner removes nobody's set: root may lack CAP_SYS_ADMIN. */
+static void nobody_removes(struct peer *p)
+{
+    expect_ok("06 IPC_RMID of nobody's set by nobody", semctl(get(p->in), 0, IPC_RMID));
+}
+
+static void remove_nobodys_set(int id)
+{
+    struct peer p;
+    start(&p, NOBODY_UID, NOBODY_GID, nobody_removes);
+    put(p.to_child, id);
+    finish(&p);
+}
+
+static void root_without_capabilities(struct peer *p)
+{
+    struct __user_cap_data_struct data[2];
+    if (caps_get(data) == -1)
+        die("capget");
+    data[0].effective &= ~(CAP_BIT(CAP_IPC_OWNER) | CAP_BIT(CAP_SYS_ADMIN));
+    if (caps_set(data) == -1)
+        die("capset");
+    int own = get(p->in);
+    int nobodys = get(p->in);
+    printf("06 user id 0: %d\n", geteuid() == 0);
+    printf("06 CAP_IPC_OWNER or CAP_SYS_ADMIN left: %d\n",
+           has_cap(CAP_IPC_OWNER) || has_cap(CAP_SYS_ADMIN));
+    struct semid_ds ds;
+    union semun arg = { .buf = &ds };
+    expect_ok("06 semop +1 on its own mode-0 set", op(own, 0, 1, IPC_NOWAIT));
+    show("06 GETVAL of its own mode-0 set", semctl(own, 0, GETVAL));
+    expect_ok("06 IPC_STAT of its own mode-0 set", semctl(own, 0, IPC_STAT, arg));
+    int index = stat_any_index(own);
+    printf("06 SEM_STAT_ANY finds its own mode-0 set: %d\n", index != -1);
+    if (index != -1)
+        expect_ok("06 SEM_STAT of its own mode-0 set", semctl(index, 0, SEM_STAT, arg));
+    expect_ok("06 semop +1 on nobody's 0666 set", op(nobodys, 0, 1, IPC_NOWAIT));
+    expect_ok("06 IPC_SET of nobody's 0666 set", set_perm(nobodys, 0, 0, 0666));
+    expect_ok("06 IPC_RMID of nobody's 0666 set", semctl(nobodys, 0, IPC_RMID));
+    expect_ok("06 IPC_SET mode 0600 of its own set, by ownership", set_perm(own, 0, 0, 0600));
+    show("06 GETVAL of its own set at 0600", semctl(own, 0, GETVAL));
+    put(p->out, 1);
+}
+
+static void perm06(void)
+{
+    struct peer p;
+    start(&p, 0, 0, root_without_capabilities);
+    int nobodys = nobodys_set(0666);
+    int own = new_set(1, 0);
+    put(p.to_child, own);
+    put(p.to_child, nobodys);
+    get(p.from_child);
+    finish(&p);
+    remove_nobodys_set(nobodys);
+    remove_set(own);
+}
+
+/* nobody with CAP_IPC_OWNER alone: its own mode-0 set, whose file it owns,
+ * and semget of root's, whose file (mode 0600) it may not open: its reads
+ * and writes, which the kernel allows, the shared sets refuse. */
+static void nobody_with_ipc_owner(struct peer *p)
+{
+    int own = get(p->in);
+    int roots = get(p->in);
+    printf("07 CAP_IPC_OWNER kept: %d\n", has_cap(CAP_IPC_OWNER));
+    struct semid_ds ds;
+    union semun arg = { .buf = &ds };
+    show("07 GETVAL of its own mode-0 set", semctl(own, 0, GETVAL));
+    expect_ok("07 semop +1 on its own mode-0 set", op(own, 0, 1, IPC_NOWAIT));
+    show("07 GETVAL of its own mode-0 set after", semctl(own, 0, GETVAL));
+    expect_ok("07 IPC_STAT of its own mode-0 set", semctl(own, 0, IPC_STAT, arg));
+    expect_ok("07 IPC_RMID of its own set", semctl(own, 0, IPC_RMID));
+    printf("07 semget asking read and alter finds root's mode-0 set: %d\n",
+           semget(g_caps_key, 0, 0600) == roots);
+    expect_ok("07 IPC_RMID of root's set", semctl(roots, 0, IPC_RMID));
+    put(p->out, 1);
+}
+
+/* nobody with CAP_IPC_OWNER and CAP_DAC_OVERRIDE, which opens any file. */
+static void nobody_with_ipc_owner_and_dac_override(struct peer *p)
+{
+    int roots = get(p->in);
+    printf("07 CAP_IPC_OWNER and CAP_DAC_OVERRIDE kept: %d\n",
+           has_cap(CAP_IPC_OWNER) && has_cap(CAP_DAC_OVERRIDE));
+    show("07 with CAP_DAC_OVERRIDE GETVAL of root's mode-0 set", semctl(roots, 0, GETVAL));
+    expect_ok("07 with CAP_DAC_OVERRIDE semop +1 on root's mode-0 set", op(roots, 0, 1, IPC_NOWAIT));
+    show("07 with CAP_DAC_OVERRIDE GETVAL after", semctl(roots, 0, GETVAL));
+    put(p->out, 1);
+}
+
+static void perm07(void)
+{
+    if (!may_keep(CAP_BIT(CAP_IPC_OWNER) | CAP_BIT(CAP_DAC_OVERRIDE))) {
+        printf("07 skipped: no CAP_IPC_OWNER and CAP_DAC_OVERRIDE to keep\n");
+        return;
+    }
+    struct peer alone, with_dac;
+    int own = nobodys_set(0);
+    start_keeping(&alone, NOBODY_UID, NOBODY_GID, CAP_BIT(CAP_IPC_OWNER), nobody_with_ipc_owner);
+    start_keeping(&with_dac, NOBODY_UID, NOBODY_GID,
+                  CAP_BIT(CAP_IPC_OWNER) | CAP_BIT(CAP_DAC_OVERRIDE),
+                  nobody_with_ipc_owner_and_dac_override);
+    int roots = semget(g_caps_key, 1, IPC_CREAT | IPC_EXCL | 0);
+    if (roots == -1)
+        die("semget(key)");
+    put(alone.to_child, own);
+    put(alone.to_child, roots);
+    get(alone.from_child);
+    finish(&alone);
+    put(with_dac.to_child, roots);
+    get(with_dac.from_child);
+    finish(&with_dac);
+    remove_set(roots);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -328,10 +548,13 @@ int main(void)
     g_key = private_key(1);
     g_owners_key = private_key(2);
     g_given_key = private_key(3);
+    g_caps_key = private_key(4);
     perm01();
     perm02();
     perm03();
     perm04();
     perm05();
+    perm06();
+    perm07();
     return 0;
 }

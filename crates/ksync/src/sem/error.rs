@@ -113,7 +113,9 @@ impl fmt::Display for SemError {
             SemError::Exists => "a set with this key exists (EEXIST)",
             SemError::NotFound => "no set with this key or id (ENOENT)",
             SemError::Access => "permission denied by the set's mode (EACCES)",
-            SemError::Permission => "only the owner, the creator or root may do this (EPERM)",
+            SemError::Permission => {
+                "only the owner, the creator or a process with CAP_SYS_ADMIN may do this (EPERM)"
+            }
             SemError::NoSpace => {
                 "no room: SEMMNI sets, or a set's process or sleeper table is full (ENOSPC)"
             }

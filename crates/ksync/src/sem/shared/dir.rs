@@ -5,7 +5,7 @@
 //! the kernel's sets, and gone at reboot like them), or `/tmp/ksync-sem` on
 //! a system without `/dev/shm`. It is created sticky and writable by
 //! everyone, like `/tmp`, so any user may create sets and only a file's
-//! owner (or root) may remove it.
+//! owner (or a process with `CAP_FOWNER`) may remove it.
 //!
 //! Creating a set is atomic without a server: the file is built and
 //! initialised under a temporary name, linked to its id's name (the link
@@ -109,12 +109,12 @@ pub fn key_id(key: i32) -> Result<Option<i32>, SemError> {
 /// execute bits too, which mean nothing to the file but which `semget`'s
 /// check reads, as the kernel's does, for a process shut out), and read
 /// and write for the file's owner whatever the set's owner bits say. The
-/// file's owner (the set's creator, or the owner a privileged `IPC_SET`
-/// gave it) could `chmod` the file anyway, so the bits would protect
-/// nothing from it; opened, it lets the owner do what the kernel lets an
-/// owner its mode shuts out do (`IPC_SET`, `IPC_RMID`, and `semget` without
-/// rights asked), while [`SharedSemSet`](super::SharedSemSet) checks the
-/// set's own owner bits from the header.
+/// file's owner (the set's creator, or the owner an `IPC_SET` with
+/// `CAP_CHOWN` gave it) could `chmod` the file anyway, so the bits would
+/// protect nothing from it; opened, it lets the owner do what the kernel
+/// lets an owner its mode shuts out do (`IPC_SET`, `IPC_RMID`, and `semget`
+/// without rights asked), while [`SharedSemSet`](super::SharedSemSet)
+/// checks the set's own owner bits from the header.
 pub(super) fn file_mode(mode: u32) -> libc::mode_t {
     ((mode & 0o777) | 0o600) as libc::mode_t
 }

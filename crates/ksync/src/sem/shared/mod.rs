@@ -82,16 +82,27 @@
 //!   its success does not update `GETPID` or the operation time.
 //! * Rights follow the file. Its mode is the set's for the group and
 //!   others, and always read and write for the user the file names as its
-//!   owner (the creator, or the owner a privileged `IPC_SET` gave it), so
-//!   that this user may do what the kernel lets an owner its own mode
-//!   shuts out do (`IPC_SET`, `IPC_RMID`); the set's owner bits are checked
-//!   against the header. Only root can change a file's owner, so after an
-//!   unprivileged `IPC_SET` names another owner, or a privileged one gives
-//!   the set away from its creator, the owner or creator the file does not
-//!   name has only the rights the file's group and other bits give it: it
-//!   cannot alter a set it cannot open for writing (`EACCES`), nor remove
-//!   or `IPC_SET` one it cannot open at all (`EPERM`), and its `IPC_SET`
-//!   changes the set's mode but not the file's.
+//!   owner (the creator, or the owner an `IPC_SET` by a process with
+//!   `CAP_CHOWN` gave it), so that this user may do what the kernel lets
+//!   an owner its own mode shuts out do (`IPC_SET`, `IPC_RMID`); the set's
+//!   owner bits are checked against the header. Only `CAP_CHOWN` changes a
+//!   file's owner, so after an `IPC_SET` without it names another owner,
+//!   or one with it gives the set away from its creator, the owner or
+//!   creator the file does not name has only the rights the file's group
+//!   and other bits give it: it cannot alter a set it cannot open for
+//!   writing (`EACCES`), nor remove or `IPC_SET` one it cannot open at all
+//!   (`EPERM`), and its `IPC_SET` changes the set's mode but not the file's.
+//! * Privilege is the kernel's, read from the effective capabilities
+//!   (`capget(2)`), not from user id 0: `CAP_IPC_OWNER` passes the mode
+//!   bits, `CAP_SYS_ADMIN` allows `IPC_SET` and `IPC_RMID` to a caller that
+//!   neither owns nor created the set. They are the capabilities in the
+//!   caller's own user namespace, where the kernel asks for them in the one
+//!   that owns its IPC namespace. The file still has to open: a process
+//!   with them that the file's mode shuts out (it lacks
+//!   `CAP_DAC_OVERRIDE`, or `CAP_DAC_READ_SEARCH` for reading) gets
+//!   `EACCES` where the kernel lets it through, and one that does not own
+//!   the file and lacks `CAP_FOWNER` changes the set's mode with `IPC_SET`
+//!   but not the file's.
 //! * A process the file's mode shuts out (it may not read the file) cannot
 //!   map the set. [`SharedSemSet::get`] still answers as `semget` does,
 //!   and [`SealedSemSet`] gives the answers the kernel checks before the
@@ -104,10 +115,11 @@
 //! * Undo adjustments are applied lazily: by the next process that blocks,
 //!   fails with `EAGAIN`, makes a control call, or sleeps in the set, not at
 //!   the instant of death. A lock-free operation in between does not see them.
-//! * The credentials a handle checks are read once per process (a `fork`
-//!   child reads its own) and again after each `IPC_SET`: a process that
-//!   lowers its own privileges keeps, through handles it already used, the
-//!   rights it had, as with a file it had open.
+//! * The credentials and capabilities a handle checks are read once per
+//!   process (a `fork` child reads its own) and again after each
+//!   `IPC_SET`: a process that lowers its own privileges keeps, through
+//!   handles it already used, the rights it had, as with a file it had
+//!   open.
 //! * `exec` closes the set's descriptors (they are close-on-exec), which
 //!   releases the process's slot, so its undo adjustments are applied at
 //!   `exec`; the kernel keeps them across `exec`.

@@ -185,6 +185,59 @@ pub struct UndoHolder {
     pub adjustments: Vec<(usize, i32)>,
 }
 
+/// `CAP_IPC_OWNER` (`linux/capability.h`): the kernel's `ipcperms` lets a
+/// caller with it past the mode bits.
+pub(super) const CAP_IPC_OWNER: u32 = 15;
+/// `CAP_SYS_ADMIN`: the kernel's `ipcctl_obtain_check` lets a caller with
+/// it `IPC_SET` and `IPC_RMID` a set it neither owns nor created.
+pub(super) const CAP_SYS_ADMIN: u32 = 21;
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set of capabilities.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Whether the calling thread has capability `cap` in its effective set,
+/// as the kernel's checks ask (`capget(2)`), not whether its user id is 0:
+/// root without the capability is refused, and a process of another user
+/// that holds it is let through. One system call: only for the paths that
+/// need privilege, never for a call whose rights are cached.
+pub(super) fn capable(cap: u32) -> bool {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 fills two data structures, which `data` holds.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    };
+    // A failure (a kernel without version 3, a seccomp filter) grants
+    // nothing: the mode bits and ownership still decide.
+    rc == 0
+        && data
+            .get(cap as usize / 32)
+            .is_some_and(|d| d.effective & (1 << (cap % 32)) != 0)
+}
+
 /// The credentials a set's permissions are checked against.
 struct Creds {
     euid: u32,
@@ -206,10 +259,6 @@ impl Creds {
                 groups,
             }
         }
-    }
-
-    fn privileged(&self) -> bool {
-        self.euid == 0
     }
 
     fn in_group(&self, gid: u32) -> bool {
@@ -246,7 +295,7 @@ fn class_bits(mode: u32, owner: bool, in_group: bool) -> u32 {
 
 /// Whether `granted` (three `rwx` bits) covers what `flag` asks: every
 /// `rwx` bit of its nine mode bits, for any class (the kernel's
-/// `ipcperms`; a privileged caller is not asked).
+/// `ipcperms`; a caller with `CAP_IPC_OWNER` is not asked).
 fn grants(granted: u32, flag: i32) -> bool {
     let requested = ((flag >> 6) | (flag >> 3) | flag) as u32 & 7;
     requested & !granted == 0
@@ -334,10 +383,11 @@ impl SealedSemSet {
 
     /// Whether the set's mode grants the caller `flag`'s rights (the
     /// kernel's `ipcperms`, with the group or other bits, which the file
-    /// carries): what `semget` checks.
+    /// carries, or `CAP_IPC_OWNER`): what `semget` checks.
     pub fn permits(&self, flag: i32) -> bool {
         let creds = Creds::current();
-        creds.privileged() || grants(class_bits(self.mode, false, creds.in_group(self.gid)), flag)
+        grants(class_bits(self.mode, false, creds.in_group(self.gid)), flag)
+            || capable(CAP_IPC_OWNER)
     }
 
     /// The answer to a call that needs read (`alter == false`) or alter
@@ -350,9 +400,16 @@ impl SealedSemSet {
     }
 
     /// `IPC_SET` and `IPC_RMID`'s check, which goes by ownership, not by
-    /// mode: `EPERM`, since the file's owner is never shut out.
+    /// mode: `EPERM`, since the file's owner is never shut out. A caller
+    /// with `CAP_SYS_ADMIN`, which the kernel lets through, gets `EACCES`:
+    /// the change needs the file open for writing (see the module's list
+    /// of differences).
     pub fn owner_only(&self) -> Result<(), SemError> {
-        Err(SemError::Permission)
+        if capable(CAP_SYS_ADMIN) {
+            Err(SemError::Access)
+        } else {
+            Err(SemError::Permission)
+        }
     }
 }
 
@@ -389,11 +446,11 @@ pub struct SharedSemSet {
     /// This process's slot, cached: `pid << 32 | owner word + 1`, 0 if none.
     me: AtomicU64,
     /// The caller's rights, cached: `perm generation << 32 | pid << 5 |
-    /// RIGHTS_VALID | RIGHTS_PRIVILEGED | rwx bits granted`, for the
-    /// process that computed them; recomputed after `IPC_SET` (which moves
-    /// the generation on) and in a `fork` child (which may drop its
-    /// privileges before it uses an inherited handle), so a call costs no
-    /// system call for the credentials.
+    /// RIGHTS_VALID | RIGHTS_PRIVILEGED (CAP_IPC_OWNER) | rwx bits
+    /// granted`, for the process that computed them; recomputed after
+    /// `IPC_SET` (which moves the generation on) and in a `fork` child
+    /// (which may drop its privileges before it uses an inherited handle),
+    /// so a call costs no system call for the credentials or capabilities.
     rights: AtomicU64,
 }
 
@@ -556,10 +613,11 @@ impl SharedSemSet {
     }
 
     /// Whether the caller's credentials grant `flag`'s access (read or
-    /// alter). The credentials are read once per handle and process, and
-    /// again after an `IPC_SET`: a thread that changes its process's user id
-    /// afterwards keeps the rights it had through handles already used, as
-    /// with an open file.
+    /// alter): the mode bits for its class, or `CAP_IPC_OWNER`. The
+    /// credentials and the capability are read once per handle and process,
+    /// and again after an `IPC_SET`: a thread that changes its process's
+    /// user id or capabilities afterwards keeps the rights it had through
+    /// handles already used, as with an open file.
     fn permits(&self, flag: i32) -> bool {
         let gen = u64::from(self.map.load(header::PERM_GEN));
         let pid = u64::from(current_pid() as u32) & RIGHTS_PID_MASK;
@@ -568,16 +626,15 @@ impl SharedSemSet {
             || rights >> 32 != gen
             || (rights >> RIGHTS_PID_SHIFT) & RIGHTS_PID_MASK != pid
         {
-            let creds = Creds::current();
+            let granted = Creds::current().granted(&self.map);
+            // The capability matters only for a bit the mode refuses, so a
+            // caller the mode grants everything is not asked for it.
+            let privileged = granted != 7 && capable(CAP_IPC_OWNER);
             rights = (gen << 32)
                 | (pid << RIGHTS_PID_SHIFT)
                 | RIGHTS_VALID
-                | u64::from(creds.granted(&self.map))
-                | if creds.privileged() {
-                    RIGHTS_PRIVILEGED
-                } else {
-                    0
-                };
+                | u64::from(granted)
+                | if privileged { RIGHTS_PRIVILEGED } else { 0 };
             self.rights.store(rights, Ordering::Relaxed);
         }
         rights & RIGHTS_PRIVILEGED != 0 || grants((rights & 7) as u32, flag)
@@ -1263,20 +1320,27 @@ impl SharedSemSet {
 
     /// `IPC_STAT`.
     pub fn stat(&self) -> Result<SharedSemStat, SemError> {
-        self.read(|map| {
-            let otime = map.load(header::OTIME);
-            Ok(SharedSemStat {
-                key: map.load(header::KEY) as i32,
-                uid: map.load(header::UID),
-                gid: map.load(header::GID),
-                cuid: map.load(header::CUID),
-                cgid: map.load(header::CGID),
-                mode: map.load(header::MODE) & 0o777,
-                nsems: map.nsems(),
-                otime: (otime != 0).then(|| system_time(u64::from(otime))),
-                ctime: system_time(u64::from(map.load(header::CTIME))),
-            })
-        })
+        self.read(stat_of)
+    }
+
+    /// `SEM_STAT_ANY`'s `IPC_STAT`, which checks no right (the kernel's
+    /// `semctl_stat` skips `ipcperms` for it): the set's mode does not
+    /// stop a handle, only the file's, which let this process (or the
+    /// parent it forked from) open it. A caller the mode refuses reads the
+    /// header without the lock, as a read-only handle does, so that it
+    /// takes no place in a set it has no right to. `EIDRM` if the set was
+    /// removed.
+    pub fn stat_any(&self) -> Result<SharedSemStat, SemError> {
+        if self.permits(READ) {
+            return self.stat();
+        }
+        if self.map.poisoned() {
+            return Err(SemError::Invalid);
+        }
+        if self.is_removed() {
+            return Err(SemError::Removed);
+        }
+        self.unless_poisoned(stat_of(&self.map))
     }
 
     /// The processes that hold undo adjustments in the set, with the
@@ -1346,9 +1410,10 @@ impl SharedSemSet {
     }
 
     /// `IPC_SET`: new owner, group and mode (low nine bits), by the owner,
-    /// the creator or root (`EPERM` otherwise). The file's owner and mode
-    /// follow, so the OS keeps enforcing them; changing the owner of the
-    /// file needs root, and for anyone else the file keeps its old owner.
+    /// the creator or a process with `CAP_SYS_ADMIN` (`EPERM` otherwise).
+    /// The file's owner and mode follow, so the OS keeps enforcing them;
+    /// changing the file's owner needs `CAP_CHOWN`, and its mode its owner
+    /// or `CAP_FOWNER`: without them the file keeps what it had.
     pub fn set_perm(&self, uid: u32, gid: u32, mode: u32) -> Result<(), SemError> {
         self.owner_only()?;
         // `(uid_t)-1` names nobody: the kernel refuses it (`EINVAL`), where
@@ -1377,8 +1442,7 @@ impl SharedSemSet {
     }
 
     fn owner_only(&self) -> Result<(), SemError> {
-        let creds = Creds::current();
-        if !creds.privileged() && !creds.is_owner(&self.map) {
+        if !Creds::current().is_owner(&self.map) && !capable(CAP_SYS_ADMIN) {
             return Err(SemError::Permission);
         }
         if !self.writable() {
@@ -1390,9 +1454,10 @@ impl SharedSemSet {
         Ok(())
     }
 
-    /// `IPC_RMID`: removes the set, by the owner, the creator or root. Every
-    /// sleeper, in any process, fails with `EIDRM`, as does every later call
-    /// through any handle; the key is free at once.
+    /// `IPC_RMID`: removes the set, by the owner, the creator or a process
+    /// with `CAP_SYS_ADMIN`. Every sleeper, in any process, fails with
+    /// `EIDRM`, as does every later call through any handle; the key is
+    /// free at once.
     pub fn remove(&self) -> Result<(), SemError> {
         if self.is_removed() {
             return Err(SemError::Removed);
@@ -1430,11 +1495,28 @@ impl std::fmt::Debug for SharedSemSet {
     }
 }
 
+/// What `IPC_STAT` reports of the set mapped as `map`.
+fn stat_of(map: &Mapping) -> Result<SharedSemStat, SemError> {
+    let otime = map.load(header::OTIME);
+    Ok(SharedSemStat {
+        key: map.load(header::KEY) as i32,
+        uid: map.load(header::UID),
+        gid: map.load(header::GID),
+        cuid: map.load(header::CUID),
+        cgid: map.load(header::CGID),
+        mode: map.load(header::MODE) & 0o777,
+        nsems: map.nsems(),
+        otime: (otime != 0).then(|| system_time(u64::from(otime))),
+        ctime: system_time(u64::from(map.load(header::CTIME))),
+    })
+}
+
 /// Unlinks the file at `path` if it is `map`'s, a set marked removed: its
 /// remover unlinks it last, and one killed before that left it in the
 /// directory, where it would count against [`SEMMNI`] and keep its memory
-/// for good. Best effort: only its owner or root may (the directory is
-/// sticky), and a remover still at work unlinks it anyway.
+/// for good. Best effort: only its owner or a process with `CAP_FOWNER`
+/// may (the directory is sticky), and a remover still at work unlinks it
+/// anyway.
 fn unlink_removed(map: &Mapping, path: &std::path::Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok((dev, ino, _)) = identity(&map.fd) else {
@@ -1559,6 +1641,25 @@ pub(super) mod tests {
     use super::super::journal::Tx;
     use super::super::layout::owner_word;
     use super::*;
+
+    /// `capable` reads the calling thread's effective set, in both of
+    /// capget's words, as the kernel shows it in `CapEff`.
+    #[test]
+    fn capable_reads_the_effective_set() {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let effective = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap();
+        for cap in [0, CAP_IPC_OWNER, CAP_SYS_ADMIN, 31, 32, 40] {
+            assert_eq!(
+                capable(cap),
+                effective & (1 << cap) != 0,
+                "capability {cap}"
+            );
+        }
+    }
 
     /// Leaves the set as a process killed inside a transaction leaves it:
     /// the lock held in the name of a dead incarnation of this process's

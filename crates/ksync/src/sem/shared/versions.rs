@@ -12,6 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use super::dir::{self, open_file, read_layout_version, sem_dir, set_path, unlink};
 use super::layout::VERSION;
 use super::procs::registry;
+use super::set::{capable, CAP_SYS_ADMIN};
 use crate::sem::SemError;
 
 /// The layout version a set file of another ksync holds.
@@ -46,10 +47,12 @@ pub const LAYOUT_VERSION: u32 = VERSION;
 
 /// Removes set `id`, whose file holds another layout version than this
 /// ksync's, and returns that version: unlinks the key links that name it and
-/// the file. Only the file's owner or root may, as only they may remove a
-/// set of this version (and the directory is sticky). Processes that still
-/// use the set through the ksync that made it keep it until they let go of
-/// it, and are not told: stop them first. `EINVAL` when the file is of this
+/// the file. Only the file's owner or a process with `CAP_SYS_ADMIN` may,
+/// as only they may remove a set of this version (`EPERM`); in the sticky
+/// directory, one that does not own the links and the file also needs
+/// `CAP_FOWNER` to unlink them. Processes that still use the set through
+/// the ksync that made it keep it until they let go of it, and are not
+/// told: stop them first. `EINVAL` when the file is of this
 /// version (remove it with [`SharedSemSet::remove`](super::SharedSemSet::remove),
 /// which tells its users) or is no ksync set at all.
 pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
@@ -64,7 +67,7 @@ pub fn remove_other_version(id: i32) -> Result<u32, SemError> {
         .uid();
     // SAFETY: no arguments.
     let euid = unsafe { libc::geteuid() };
-    if euid != 0 && euid != owner {
+    if euid != owner && !capable(CAP_SYS_ADMIN) {
         return Err(SemError::Permission);
     }
     dir::unbind_every_key(&dir, id)?;
