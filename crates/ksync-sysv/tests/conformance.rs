@@ -223,6 +223,22 @@ fn semop_sleeping_eidrm_eintr_mutual_exclusion_and_thread_undo() {
     );
 }
 
+/// A handler installed with `SA_RESTART` ends every sleeping `semop` with
+/// EINTR, as the kernel's, also with 16 or more threads asleep in the set,
+/// where all but one of them sleep without a timeout of their own
+/// (`ksync::sem::sleep_watch`) and a futex wait without a timeout would be
+/// restarted after the handler.
+#[test]
+fn a_restarting_handler_interrupts_every_sleeper_of_a_crowd() {
+    let out = compare("eintr_crowd");
+    for line in [
+        "20 sleepers, GETNCNT after a SIGUSR1 each: 0",
+        "20 sleepers, EINTR: 20",
+    ] {
+        assert!(has_line(&out, line), "{out}");
+    }
+}
+
 /// A successful call leaves `errno` as the program had it, on every path
 /// that makes system calls of its own (creating and finding sets, sleeping,
 /// timing, undo).

@@ -125,40 +125,63 @@ pub(crate) unsafe fn wake_ptr(word: *const AtomicU32, count: u32) -> u32 {
 
 /// Blocks while `*word == expected`, for at most `timeout` (`None`: until
 /// woken), on a word that other processes may wake (a shared futex: no
-/// `FUTEX_PRIVATE_FLAG`). A timeout costs the kernel a timer armed and
-/// cancelled, about 0.3 us per sleep on the 2-core AMD guest.
+/// `FUTEX_PRIVATE_FLAG`). A signal handler that runs meanwhile ends the
+/// wait with [`Wake::Interrupted`], `SA_RESTART` or not, as it ends the
+/// kernel's `semop`; a signal without one (a stop and `SIGCONT`) does not.
+///
+/// Every wait has a timeout, `None` one that never expires
+/// ([`NEVER_SECS`]): the kernel restarts a `FUTEX_WAIT` without a timeout
+/// after a handler installed with `SA_RESTART` (`-ERESTARTSYS`), unseen,
+/// while one with a timeout returns `EINTR` after any handler
+/// (`-ERESTART_RESTARTBLOCK`; kernel/futex/waitwake.c). A timer costs the
+/// kernel an arm and a cancel, about 0.3 us per sleep on the 2-core
+/// guests, however far away it expires.
 #[cfg(all(not(loom), target_os = "linux"))]
 pub(crate) fn wait_shared(
     word: &AtomicU32,
     expected: u32,
     timeout: Option<std::time::Duration>,
 ) -> Wake {
-    let ts = timeout.map(|timeout| libc::timespec {
-        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    });
+    let ts = match timeout {
+        Some(timeout) => libc::timespec {
+            tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        },
+        None => libc::timespec {
+            tv_sec: NEVER_SECS,
+            tv_nsec: 0,
+        },
+    };
     // SAFETY: `word` is a live, aligned 32-bit atomic in a shared mapping for
-    // the duration of the call and `ts`, if any, is on our stack; FUTEX_WAIT
-    // only reads both.
+    // the duration of the call and `ts` is on our stack; FUTEX_WAIT only
+    // reads both.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            ts.as_ref()
-                .map_or(core::ptr::null(), |ts| ts as *const libc::timespec),
+            &ts as *const libc::timespec,
         )
     };
     if rc != -1 {
         return Wake::Woken;
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ETIMEDOUT) => Wake::TimedOut,
+        // Should the far timeout ever expire, the caller, which asked for
+        // none, sees a spurious wake-up and re-checks.
+        Some(libc::ETIMEDOUT) if timeout.is_some() => Wake::TimedOut,
         Some(libc::EINTR) => Wake::Interrupted,
         _ => Wake::Woken,
     }
 }
+
+/// [`wait_shared`]'s timeout for a wait without one, in seconds: the
+/// largest `time_t`, which the kernel saturates to the end of its clock
+/// (`KTIME_MAX`, some 292 years of uptime; 68 years with a 32-bit
+/// `time_t`), so the timer never fires.
+#[cfg(all(not(loom), target_os = "linux"))]
+const NEVER_SECS: libc::time_t = libc::time_t::MAX;
 
 /// Wakes up to `count` threads, in any process, blocked in [`wait_shared`] on `word`.
 #[cfg(all(not(loom), target_os = "linux"))]
@@ -423,5 +446,51 @@ mod tests {
         word.store(1, Ordering::Release);
         wake(&word, 1);
         sleeper.join().unwrap();
+    }
+
+    /// A handler installed with `SA_RESTART` ends a shared wait without a
+    /// timeout, as it ends the kernel's `semop`: an untimed `FUTEX_WAIT`
+    /// would be restarted after it, unseen. Signals go every 20 ms, for
+    /// one to land while the sleeper is in the kernel; after a second the
+    /// word changes, which ends a wait the signals did not.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_restarting_handler_interrupts_a_shared_wait_without_a_timeout() {
+        use std::os::unix::thread::JoinHandleExt;
+        use std::sync::atomic::AtomicBool;
+        extern "C" fn on_signal(_: libc::c_int) {}
+        // SAFETY: plain old data, then a handler that does nothing, for a
+        // signal nothing else in the crate's tests uses.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            assert_eq!(
+                libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()),
+                0
+            );
+        }
+        let word = Arc::new(AtomicU32::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let sleeper = {
+            let (word, done) = (Arc::clone(&word), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let wake = wait_shared(&word, 0, None);
+                done.store(true, Ordering::SeqCst);
+                wake
+            })
+        };
+        let thread = sleeper.as_pthread_t();
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(20));
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            // SAFETY: the thread is alive until joined below.
+            unsafe { libc::pthread_kill(thread, libc::SIGUSR2) };
+        }
+        word.store(1, Ordering::SeqCst);
+        wake_shared(&word, 1);
+        assert_eq!(sleeper.join().unwrap(), Wake::Interrupted);
     }
 }

@@ -78,6 +78,25 @@ impl ChildSet {
             ChildSet::Kernel(id) => unsafe { libc::semctl(*id, num as i32, libc::GETVAL) },
         }
     }
+
+    fn ncnt(&self, num: usize) -> i32 {
+        match self {
+            ChildSet::Shared(s) => s.ncnt(num).map_or(-1, |n| n as i32),
+            // SAFETY: plain system call.
+            ChildSet::Kernel(id) => unsafe { libc::semctl(*id, num as i32, libc::GETNCNT) },
+        }
+    }
+
+    fn set_value(&self, num: usize, value: i32) {
+        let ok = match self {
+            ChildSet::Shared(s) => s.set_value(num, value).is_ok(),
+            // SAFETY: plain system call; semun.val is an int.
+            ChildSet::Kernel(id) => unsafe {
+                libc::semctl(*id, num as i32, libc::SETVAL, value) == 0
+            },
+        };
+        assert!(ok, "child: SETVAL");
+    }
 }
 
 fn say(line: &str) {
@@ -173,6 +192,53 @@ fn child_role() {
             let r = set.op(&[SemBuf::new(0, 0, 0)], Some(Duration::from_secs(20)));
             signaller.join().unwrap();
             say(&format!("result {r}"));
+            0
+        }
+        // side, id, threads: that many threads sleep on a -1 of semaphore
+        // 0 while a SIGUSR1 handler installed with SA_RESTART runs in each
+        // in turn, 20 ms apart; reports how many still sleep 300 ms after
+        // the last, then, after a SETVAL that wakes them, how the calls
+        // ended.
+        "interrupted-crowd" => {
+            extern "C" fn on_signal(_: libc::c_int) {}
+            // SAFETY: plain old data, then a handler that does nothing.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+            }
+            let set = ChildSet::open(&args[0], int(1));
+            let n = int(2);
+            std::thread::scope(|s| {
+                let (tx, threads) = channel();
+                let sleepers: Vec<_> = (0..n)
+                    .map(|_| {
+                        let (set, tx) = (&set, tx.clone());
+                        s.spawn(move || {
+                            // SAFETY: no arguments.
+                            tx.send(unsafe { libc::pthread_self() }).unwrap();
+                            set.op(&[SemBuf::new(0, -1, 0)], None)
+                        })
+                    })
+                    .collect();
+                wait_until("every thread asleep", || set.ncnt(0) == n);
+                // Past any polling before the sleep itself.
+                std::thread::sleep(Duration::from_millis(20));
+                for thread in threads.iter().take(sleepers.len()) {
+                    // SAFETY: the thread is alive until joined below.
+                    let rc = unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
+                    assert_eq!(rc, 0, "child: pthread_kill");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                say(&format!("asleep {}", set.ncnt(0)));
+                set.set_value(0, n);
+                let results: Vec<i32> = sleepers.into_iter().map(|h| h.join().unwrap()).collect();
+                let count = |errno| results.iter().filter(|&&r| r == errno).count();
+                say(&format!("interrupted {}", count(libc::EINTR)));
+                say(&format!("woken {}", count(0)));
+            });
             0
         }
         // key, id: as nobody, what SharedSemSet::get and open answer for a
@@ -875,6 +941,35 @@ fn first_calls_from_many_threads_of_a_new_process_all_sleep_and_wake() {
         }
         assert!(kid.reap().success());
         assert_eq!(set.get_all(), Ok(vec![0; THREADS]));
+    }
+}
+
+/// A signal handler installed with `SA_RESTART` ends every sleeping call
+/// with EINTR, as it ends the kernel's `semop` (signal(7)), also a call
+/// sleeping without a timeout of its own: in the child every sleeper but
+/// the process's watch does (`KSYNC_UNTIMED_CROWD=1`; by default, once 16
+/// sleep in the set), and a futex wait without a timeout is restarted
+/// after such a handler, unseen.
+#[test]
+fn a_restarting_handler_interrupts_sleepers_without_a_timeout() {
+    let _dog = Watchdog::arm("a_restarting_handler_interrupts", Duration::from_secs(60));
+    const THREADS: usize = 6;
+    let ends = |side: &str, id: i32| -> [usize; 3] {
+        let kid = Kid::spawn("interrupted-crowd", &args(&[&side, &id, &THREADS]));
+        let seen = ["asleep", "interrupted", "woken"].map(|w| kid.expect_errno(w) as usize);
+        assert!(kid.reap().success());
+        seen
+    };
+    let set = Shared::new(1);
+    assert_eq!(
+        ends("s", set.id()),
+        [0, THREADS, 0],
+        "ksync: asleep, EINTR, woken"
+    );
+    assert_eq!(set.get_value(0), Ok(THREADS as i32));
+    if sysv_available("sem_shared::a_restarting_handler_interrupts_sleepers_without_a_timeout") {
+        let k = KernelSet::create(1);
+        assert_eq!(ends("k", k.id()), [0, THREADS, 0], "kernel");
     }
 }
 

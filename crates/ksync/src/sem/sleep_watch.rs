@@ -5,20 +5,27 @@
 //! somebody asleep in the set must wake now and then to adopt what a dead
 //! process left (its undo, a wake-up it claimed and never made, a removal
 //! it began). Every sleeper used to sleep with a 100 ms timeout for that,
-//! and arming and cancelling the timer cost about 0.3 us per sleep, 7% of
-//! what a sembench burn costs the whole machine. It takes only one
-//! timed sleeper per process: a process that dies takes its own sleepers
-//! with it, and the watch of any process still alive adopts its leftovers.
-//! So a process with many sleepers in a set keeps one of them timed, the
-//! watch, and the others sleep until woken.
+//! so that every sleeper of an idle set woke ten times a second. It takes
+//! only one timed sleeper per process: a process that dies takes its own
+//! sleepers with it, and the watch of any process still alive adopts its
+//! leftovers. So a process with many sleepers in a set keeps one of them
+//! timed, the watch, and the others sleep until woken.
+//!
+//! "Until woken" still arms a kernel timer, one that never expires
+//! (`crate::futex::wait_shared`): the kernel restarts a futex wait without
+//! a timeout after a signal handler installed with `SA_RESTART`, where its
+//! `semop` fails with `EINTR`. That timer costs what the 100 ms one did
+//! (about 0.3 us per sleep; sembench `-t 64 -w 16` made about 10% fewer
+//! burns with it than without on the 2-core guest), so the untimed
+//! sleepers save the wake-ups, not the timer.
 //!
 //! Handing the role on costs a wake-up, and a watch hands it on each time
 //! it returns. With many sleepers queued in turn, that is once per round of
-//! the queue, and each round saves a timer per sleeper; with few, it can be
-//! every other sleep, and the extra wake-up costs more than the timers it
-//! saves (sembench `-t 8`: 30% fewer burns). So sleepers sleep without a
-//! timeout only while [`CROWD`] or more of their process sleep in the set;
-//! below that every sleeper keeps its timeout, as before.
+//! the queue; with few, it can be every other sleep, far more wake-ups
+//! than the timeouts it saves (sembench `-t 8`: 30% fewer burns). So
+//! sleepers sleep without a timeout only while [`CROWD`] or more of their
+//! process sleep in the set; below that every sleeper keeps its timeout,
+//! as before.
 //!
 //! The rule: **while a process has a sleeper in the set without a timeout,
 //! one of its sleepers is its watch or has been appointed and woken to
@@ -67,8 +74,8 @@ const WORDS: usize = 16;
 const VACANT: u32 = 0;
 
 /// Sleepers of one process in one set from which they sleep without a
-/// timeout, by default: below this, hand-overs would cost more than the
-/// timers saved (module doc). The process-shared sets let a user or a
+/// timeout, by default: below this, hand-overs would come too often
+/// (module doc). The process-shared sets let a user or a
 /// test choose another, and pass it to [`SleepWatch::nap`].
 pub(crate) const CROWD: u32 = 16;
 
@@ -80,7 +87,9 @@ pub(crate) enum Nap {
     Watch,
     /// With a timeout, among few sleepers: no hand-over to pay for.
     Timed,
-    /// Without one; registered, for a leaving watch to find.
+    /// Without one (but the timer that never expires, which lets a signal
+    /// handler end the sleep: module doc); registered, for a leaving watch
+    /// to find.
     Untimed,
 }
 

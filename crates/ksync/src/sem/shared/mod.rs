@@ -42,7 +42,8 @@
 //! * **Every process with sleepers in a set keeps one of them awake now and
 //!   then** (`crate::sem::sleep_watch`): its sleepers sleep with a 100 ms
 //!   timeout, but while 16 or more of them sleep in the set only one does,
-//!   its watch, and the others save the timer (about 0.3 us per sleep). A
+//!   its watch, and the others sleep until woken (with a timer that never
+//!   expires, so that a signal handler still ends their call with `EINTR`). A
 //!   watch that returns names one of those others and wakes it. A process
 //!   that dies takes its own sleepers with it, so the timed sleepers of
 //!   the processes still alive are enough for its leftovers.

@@ -46,10 +46,12 @@ static UNTIMED_CROWD: AtomicU32 = AtomicU32::new(u32::MAX);
 /// all but one of them (the process's watch) sleep without a timeout, for
 /// every shared set in this process; the default is 16, or
 /// `KSYNC_UNTIMED_CROWD` from the environment. A sleeper with a timeout
-/// arms and cancels a kernel timer on every sleep (about 0.3 us), so a set
-/// with many sleepers runs faster without; but a watch that returns wakes
-/// another sleeper to take its place, which costs more than the timers
-/// when few sleep. 1 makes every sleeper but the watch untimed (the tests
+/// wakes every 100 ms while nothing else wakes it, so an idle set with
+/// many sleepers wakes far less without; but a watch that returns wakes
+/// another sleeper to take its place, which comes often when few sleep.
+/// (A sleeper without a timeout still arms a kernel timer, one that never
+/// expires, so that a signal handler ends its call with `EINTR`.) 1 makes
+/// every sleeper but the watch untimed (the tests
 /// use it to run the untimed path with few threads); `u32::MAX - 1` keeps
 /// every sleeper timed.
 ///
@@ -1115,7 +1117,9 @@ impl SharedSemSet {
             }
             // Among many sleepers of this process, only the watch sleeps
             // with a timeout when its call has none (`crate::sem::sleep_watch`):
-            // the others save the timer.
+            // the others save its wake-ups. Theirs never expires
+            // (`wait_shared` with `None`), so that a signal handler still
+            // ends the call with EINTR.
             let timed = self.map.watch.nap(slot, untimed_crowd()) != Nap::Untimed;
             let nap = match deadline {
                 Some(d) => {
