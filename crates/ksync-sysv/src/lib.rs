@@ -53,6 +53,10 @@
 //!   cancel that comes while a call sleeps ends the thread as the call
 //!   returns (the library holds cancellation off while it works), where
 //!   the kernel's call is cancelled in its sleep.
+//! - Signals: a handler that runs while the thread polls in the library
+//!   before it sleeps does not end the call with `EINTR`, nor does a stop
+//!   and continue without a handler, where the kernel's call fails; the
+//!   folder of sets is the same in every IPC namespace.
 //! - The rest of `ksync::sem::shared`'s list: rights follow the file (an
 //!   owner or creator the file does not name, after an `IPC_SET` that
 //!   could not change the file's owner, has the file's group or other
