@@ -1574,6 +1574,63 @@ mod tests {
         );
     }
 
+    /// A claimer stopped while it holds a set's claim lock (here a child
+    /// that took it and waits) holds up this process's first call on that
+    /// set, and nothing else: another set opens and works, and `fork`
+    /// returns, while that call waits. Taken under the process registry's
+    /// lock, as the claim lock first was, it held up both until the claimer
+    /// went on (here, for ever: the watchdog's 30 s).
+    #[test]
+    fn a_stopped_claimer_holds_up_only_its_own_sets_claims() {
+        let x = Scratch::new(1);
+        let fd = x.0.map.fd.as_raw_fd();
+        let holder = Child::fork(
+            move || {
+                // SAFETY: plain old data, then a valid flock on the
+                // set's descriptor: the claim byte, `procs::CLAIM_BYTE`.
+                let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+                fl.l_type = libc::F_WRLCK as libc::c_short;
+                fl.l_whence = libc::SEEK_SET as libc::c_short;
+                fl.l_start = (1i64 << 40) - 1;
+                fl.l_len = 1;
+                unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) == 0 }
+            },
+            idle,
+        );
+        std::thread::scope(|scope| {
+            // SEM_UNDO: a call that needs this process's slot.
+            let first = scope.spawn(|| x.0.semop(&[SemBuf::new(0, 1, SEM_UNDO)]));
+            // Time for the first call to reach its wait for the claim lock
+            // (if it has not, the rest passes whatever the lock order).
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!first.is_finished(), "a claim went ahead of the claim lock");
+            let (done, finished) = std::sync::mpsc::channel();
+            scope.spawn(move || {
+                let y = Scratch::new(1);
+                let used = y.0.semop(&[SemBuf::new(0, 1, 0)]);
+                // SAFETY: the child leaves at once.
+                let child = unsafe { libc::fork() };
+                if child == 0 {
+                    // SAFETY: ends the child without the parent's exit handlers.
+                    unsafe { libc::_exit(0) };
+                }
+                let mut status = 0;
+                // SAFETY: our own child; `status` is ours.
+                unsafe { libc::waitpid(child, &mut status, 0) };
+                let _ = done.send(used);
+            });
+            let other = finished.recv_timeout(Duration::from_secs(30));
+            // The claim lock goes with its holder, and the first call ends.
+            holder.kill();
+            assert_eq!(first.join().unwrap(), Ok(()));
+            assert_eq!(
+                other,
+                Ok(Ok(())),
+                "another set and fork waited for a stopped claimer"
+            );
+        });
+    }
+
     #[test]
     fn a_call_that_will_not_wait_sees_the_sleepers_a_dead_waker_enabled() {
         assert_eq!(after_a_wakers_death(IPC_NOWAIT, None), Ok(()));

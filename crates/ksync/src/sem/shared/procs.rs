@@ -178,7 +178,8 @@ impl Registry {
     /// [`publish`]: Registry::publish
     ///
     /// The slot changes hands in an order no prober can misread (see
-    /// [`incarnation_alive`]): with the set's claim lock held, so that
+    /// [`incarnation_alive`]): with the set's claim lock held (`claim_lock`,
+    /// which the caller takes before this registry's lock), so that
     /// claimers go one at a time, the claimer takes the slot's liveness
     /// byte with a *read* lock (refused while a live owner holds its write
     /// lock), starts the new incarnation, and only then takes the write
@@ -186,9 +187,8 @@ impl Registry {
     /// the dead owner's incarnation was still current and its liveness byte
     /// locked: a post in that moment gave a unit to the dead process's
     /// sleeper, lost when the slot was adopted.
-    pub(super) fn claim(&mut self, map: &Arc<Mapping>) -> Result<Me, SemError> {
+    pub(super) fn claim(&mut self, map: &Arc<Mapping>, _turn: &ClaimLock) -> Result<Me, SemError> {
         let layout = &map.layout;
-        let _one_claimer = ClaimLock::take(map)?;
         for slot in 0..NPROC {
             if !lock_byte(map, slot, libc::F_RDLCK)? {
                 continue;
@@ -205,10 +205,15 @@ impl Registry {
             gen_word.store(gen, Ordering::Release);
             // Converts the read lock: no other process holds one (claimers
             // take turns, and a reaper's write lock would have refused
-            // ours), so this cannot be refused but by an error.
-            if !lock_byte(map, slot, libc::F_WRLCK)? {
-                let _ = lock_byte(map, slot, libc::F_UNLCK);
-                return Err(SemError::Invalid);
+            // ours), so only an error (ENOLCK) refuses it; then the read
+            // lock must not stay, or every later claimer would take the
+            // slot with a read lock too and fail to convert it.
+            match lock_byte(map, slot, libc::F_WRLCK) {
+                Ok(true) => {}
+                failed => {
+                    let _ = lock_byte(map, slot, libc::F_UNLCK);
+                    return Err(failed.err().unwrap_or(SemError::Invalid));
+                }
             }
             map.word(layout.proc(slot, proc_slot::PID))
                 .store(current_pid() as u32, Ordering::Relaxed);
@@ -289,10 +294,19 @@ const CLAIM_BYTE: i64 = LIVENESS_BASE - 1;
 
 /// The set's claim lock, held; released on drop (or by the kernel, if the
 /// claimer dies).
-struct ClaimLock<'a>(&'a Mapping);
+pub(super) struct ClaimLock<'a>(&'a Mapping);
+
+/// Waits for the set's other claimers, a few system calls each, and
+/// returns the set's claim lock for [`Registry::claim`]. Taken before the
+/// registry's lock, never under it: a claimer stopped (`SIGSTOP`, a
+/// debugger) while it holds the claim lock makes this wait, and the
+/// registry's lock must stay free meanwhile for the process's other sets,
+/// its reaps and its `fork`s.
+pub(super) fn claim_lock(map: &Mapping) -> Result<ClaimLock<'_>, SemError> {
+    ClaimLock::take(map)
+}
 
 impl<'a> ClaimLock<'a> {
-    /// Waits for the set's other claimers, a few system calls each.
     fn take(map: &'a Mapping) -> Result<ClaimLock<'a>, SemError> {
         let fl = flock(CLAIM_BYTE, libc::F_WRLCK);
         loop {

@@ -14,7 +14,7 @@ use super::layout::{
     SLEEPER_FREE, SLOT_LIVE, VERSION, WAITING,
 };
 use super::map::{identity, Mapping};
-use super::procs::{registry, Me};
+use super::procs::{claim_lock, registry, Me};
 use super::share;
 use crate::futex::{wait_shared, wake_shared};
 use crate::sem::counters::Counters;
@@ -675,7 +675,9 @@ impl SharedSemSet {
         if !self.writable() {
             return Err(SemError::Access);
         }
-        // Lock order: the claim, then the set's lock, then the registry.
+        // Lock order: this process's claim first; then the set's claim lock
+        // (between processes) or the set's lock, never both; the registry
+        // last.
         let _claiming = self.map.claiming.lock();
         let known = registry().me(&self.map);
         let me = match known {
@@ -685,7 +687,9 @@ impl SharedSemSet {
                 // sleepers; no thread of this process sleeps in the set
                 // before it has a slot.
                 self.map.watch.reset();
-                let me = registry().claim(&self.map)?;
+                let turn = claim_lock(&self.map)?;
+                let me = registry().claim(&self.map, &turn)?;
+                drop(turn);
                 Locked::enter(&self.map, me)?.clear_slot(me.slot, SLOT_LIVE);
                 registry().publish(&self.map, me);
                 me
