@@ -122,13 +122,16 @@ fn insert(set: Arc<SharedSemSet>) -> Arc<SharedSemSet> {
     let mut table = write();
     match table.get(&id) {
         Some(kept) if !kept.is_removed() => Arc::clone(kept),
-        stale => {
-            let replacing = stale.is_some();
-            table.insert(id, Arc::clone(&set));
+        _ => {
+            let replaced = table.insert(id, Arc::clone(&set));
             drop(table);
-            if replacing {
+            if replaced.is_some() {
                 EPOCH.fetch_add(1, Ordering::Release);
             }
+            // Dropped outside the table's lock, as in `forget`: the last
+            // handle's drop takes the process registry's lock, and `fork`
+            // takes the two in the order their handlers were registered.
+            drop(replaced);
             set
         }
     }

@@ -51,8 +51,13 @@ fn active() -> &'static dyn Backend {
 /// finds its word already changed), and a program may store 0 in `errno`
 /// before a call whose result cannot tell failure apart and read it after.
 fn guarded(call: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
+    guarded_keeping(Errno::last(), call)
+}
+
+/// [`guarded`], restoring `callers` (the `errno` the caller had when it
+/// called) on success.
+fn guarded_keeping(callers: Errno, call: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
     uncancellable(|| {
-        let callers = Errno::last();
         let result = catch_unwind(AssertUnwindSafe(call)).unwrap_or(Err(Errno::EINVAL));
         if result.is_ok() {
             callers.store();
@@ -88,7 +93,10 @@ fn guarded_op(
         callers.store();
         return 0;
     }
-    guarded(call)
+    // `at_once` may have made a system call that failed (the capability
+    // check when a handle's rights are refilled): the caller's errno is
+    // the one read before it.
+    guarded_keeping(callers, call)
 }
 
 /// glibc's `PTHREAD_CANCEL_DISABLE` (the `libc` crate has none for Linux).
