@@ -156,6 +156,12 @@ impl SemSet {
 
     /// Performs `sops` atomically, blocking until that is possible, like
     /// `semop(2)`. `SEM_UNDO` needs [`semop_undo`](Self::semop_undo).
+    ///
+    /// Unlike the kernel's call, a signal never ends the wait: a sleeper
+    /// whose sleep a signal handler interrupts sleeps again, and the call
+    /// never fails with [`SemError::Interrupted`] (which the process-shared
+    /// sets return, as the kernel does). A thread that must stop waiting
+    /// uses a timeout.
     #[inline]
     pub fn semop(&self, sops: &[SemBuf]) -> Result<(), SemError> {
         if let Some(done) = self.shared.try_fast(sops) {
