@@ -718,24 +718,17 @@ impl<'a> Locked<'a> {
     /// Whether a process slot other than this process's is live: a
     /// process that may be alive, or dead and not yet adopted.
     fn others_in_set(&self) -> bool {
-        let layout = self.layout();
-        (0..NPROC).any(|slot| {
-            slot != self.me.slot && self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE
-        })
+        other_live_slots(self.map, self.me).next().is_some()
     }
 
     /// Adopts the leftovers of every dead process among the other live
     /// slots that `wanted` names.
     fn reap_where(&mut self, wanted: impl Fn(usize) -> bool) -> bool {
-        let layout = *self.layout();
+        let map = self.map;
         let mut found = false;
         let mut registry = registry();
-        for slot in 0..NPROC {
-            if slot == self.me.slot
-                || self.map.load(layout.proc(slot, proc_slot::STATE)) != SLOT_LIVE
-                || !wanted(slot)
-                || !registry.lock_if_dead(self.map, slot)
-            {
+        for slot in other_live_slots(map, self.me) {
+            if !wanted(slot) || !registry.lock_if_dead(map, slot) {
                 continue;
             }
             self.clear_slot(slot, SLOT_FREE);
@@ -994,6 +987,14 @@ impl Drop for Locked<'_> {
         };
         give_back(&SCRATCH, scratch);
     }
+}
+
+/// The process slots of `map` other than `me`'s whose state is live: each
+/// a process that may be alive, or dead and not yet adopted.
+fn other_live_slots(map: &Mapping, me: Me) -> impl Iterator<Item = usize> + '_ {
+    (0..NPROC).filter(move |&slot| {
+        slot != me.slot && map.load(map.layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE
+    })
 }
 
 /// What [`Locked::reach_of`] found.
