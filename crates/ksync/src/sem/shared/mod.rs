@@ -143,6 +143,7 @@ mod journal;
 mod layout;
 mod lock;
 mod map;
+mod privilege;
 mod procs;
 mod set;
 mod share;

@@ -178,7 +178,7 @@ impl Registry {
     /// [`publish`]: Registry::publish
     ///
     /// The slot changes hands in an order no prober can misread (see
-    /// [`incarnation_alive`]): with the set's claim lock held (`claim_lock`,
+    /// [`incarnation_alive`]): with the set's claim lock held ([`ClaimLock::take`],
     /// which the caller takes before this registry's lock), so that
     /// claimers go one at a time, the claimer takes the slot's liveness
     /// byte with a *read* lock (refused while a live owner holds its write
@@ -296,18 +296,14 @@ const CLAIM_BYTE: i64 = LIVENESS_BASE - 1;
 /// claimer dies).
 pub(super) struct ClaimLock<'a>(&'a Mapping);
 
-/// Waits for the set's other claimers, a few system calls each, and
-/// returns the set's claim lock for [`Registry::claim`]. Taken before the
-/// registry's lock, never under it: a claimer stopped (`SIGSTOP`, a
-/// debugger) while it holds the claim lock makes this wait, and the
-/// registry's lock must stay free meanwhile for the process's other sets,
-/// its reaps and its `fork`s.
-pub(super) fn claim_lock(map: &Mapping) -> Result<ClaimLock<'_>, SemError> {
-    ClaimLock::take(map)
-}
-
 impl<'a> ClaimLock<'a> {
-    fn take(map: &'a Mapping) -> Result<ClaimLock<'a>, SemError> {
+    /// Waits for the set's other claimers, a few system calls each, and
+    /// returns the set's claim lock for [`Registry::claim`]. Taken before
+    /// the registry's lock, never under it: a claimer stopped (`SIGSTOP`, a
+    /// debugger) while it holds the claim lock makes this wait, and the
+    /// registry's lock must stay free meanwhile for the process's other
+    /// sets, its reaps and its `fork`s.
+    pub(super) fn take(map: &'a Mapping) -> Result<ClaimLock<'a>, SemError> {
         let fl = flock(CLAIM_BYTE, libc::F_WRLCK);
         loop {
             // SAFETY: a valid descriptor and a valid flock. The raw system

@@ -14,7 +14,8 @@ use super::layout::{
     SLEEPER_FREE, SLOT_LIVE, VERSION, WAITING,
 };
 use super::map::{identity, Mapping};
-use super::procs::{claim_lock, registry, Me};
+use super::privilege::{capable, CAP_IPC_OWNER, CAP_SYS_ADMIN};
+use super::procs::{registry, ClaimLock, Me};
 use super::share;
 use crate::futex::{wait_shared, wake_shared};
 use crate::sem::counters::Counters;
@@ -185,59 +186,6 @@ pub struct UndoHolder {
     pub pid: i32,
     /// `(semaphore, adjustment)`: what its exit adds to each value.
     pub adjustments: Vec<(usize, i32)>,
-}
-
-/// `CAP_IPC_OWNER` (`linux/capability.h`): the kernel's `ipcperms` lets a
-/// caller with it past the mode bits.
-pub(super) const CAP_IPC_OWNER: u32 = 15;
-/// `CAP_SYS_ADMIN`: the kernel's `ipcctl_obtain_check` lets a caller with
-/// it `IPC_SET` and `IPC_RMID` a set it neither owns nor created.
-pub(super) const CAP_SYS_ADMIN: u32 = 21;
-
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set of capabilities.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-/// `struct __user_cap_header_struct`.
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-/// `struct __user_cap_data_struct`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// Whether the calling thread has capability `cap` in its effective set,
-/// as the kernel's checks ask (`capget(2)`), not whether its user id is 0:
-/// root without the capability is refused, and a process of another user
-/// that holds it is let through. One system call: only for the paths that
-/// need privilege, never for a call whose rights are cached.
-pub(super) fn capable(cap: u32) -> bool {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: version 3 fills two data structures, which `data` holds.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut header as *mut CapHeader,
-            data.as_mut_ptr(),
-        )
-    };
-    // A failure (a kernel without version 3, a seccomp filter) grants
-    // nothing: the mode bits and ownership still decide.
-    rc == 0
-        && data
-            .get(cap as usize / 32)
-            .is_some_and(|d| d.effective & (1 << (cap % 32)) != 0)
 }
 
 /// The credentials a set's permissions are checked against.
@@ -687,7 +635,7 @@ impl SharedSemSet {
                 // sleepers; no thread of this process sleeps in the set
                 // before it has a slot.
                 self.map.watch.reset();
-                let turn = claim_lock(&self.map)?;
+                let turn = ClaimLock::take(&self.map)?;
                 let me = registry().claim(&self.map, &turn)?;
                 drop(turn);
                 Locked::enter(&self.map, me)?.clear_slot(me.slot, SLOT_LIVE);
@@ -1649,25 +1597,6 @@ pub(super) mod tests {
     use super::super::journal::Tx;
     use super::super::layout::owner_word;
     use super::*;
-
-    /// `capable` reads the calling thread's effective set, in both of
-    /// capget's words, as the kernel shows it in `CapEff`.
-    #[test]
-    fn capable_reads_the_effective_set() {
-        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-        let effective = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
-            .unwrap();
-        for cap in [0, CAP_IPC_OWNER, CAP_SYS_ADMIN, 31, 32, 40] {
-            assert_eq!(
-                capable(cap),
-                effective & (1 << cap) != 0,
-                "capability {cap}"
-            );
-        }
-    }
 
     /// Leaves the set as a process killed inside a transaction leaves it:
     /// the lock held in the name of a dead incarnation of this process's

@@ -11,8 +11,8 @@ use std::os::unix::fs::MetadataExt;
 
 use super::dir::{self, open_file, read_layout_version, sem_dir, set_path, unlink};
 use super::layout::VERSION;
+use super::privilege::{capable, CAP_SYS_ADMIN};
 use super::procs::registry;
-use super::set::{capable, CAP_SYS_ADMIN};
 use crate::sem::SemError;
 
 /// The layout version a set file of another ksync holds.
