@@ -50,6 +50,15 @@ struct Recent {
     set: Arc<SharedSemSet>,
 }
 
+impl Recent {
+    /// Whether this slot answers for `id` in `epoch`, the process-wide
+    /// epoch read before the slot: filled since the last removal from the
+    /// table, for that id.
+    fn names(&self, id: i32, epoch: u64) -> bool {
+        self.id == id && self.epoch == epoch
+    }
+}
+
 thread_local! {
     static RECENT: RefCell<[Option<Recent>; SLOTS]> =
         const { RefCell::new([None, None, None, None]) };
@@ -170,7 +179,7 @@ pub fn with<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Result<R, SemErro
         let slot = &mut slots[slot_of(id)];
         // Read before the table: see `forget`.
         let epoch = EPOCH.load(Ordering::Acquire);
-        if !matches!(slot, Some(r) if r.id == id && r.epoch == epoch) {
+        if !slot.as_ref().is_some_and(|r| r.names(id, epoch)) {
             match lookup(id) {
                 Ok(set) => *slot = Some(Recent { id, epoch, set }),
                 Err(e) => {
@@ -202,10 +211,8 @@ pub fn with_recent<R>(id: i32, f: impl FnOnce(&SharedSemSet) -> R) -> Option<R> 
         .try_with(|cell| {
             let slots = cell.try_borrow().ok()?;
             let epoch = EPOCH.load(Ordering::Acquire);
-            match &slots[slot_of(id)] {
-                Some(r) if r.id == id && r.epoch == epoch => Some(f(&r.set)),
-                _ => None,
-            }
+            let recent = slots[slot_of(id)].as_ref()?;
+            recent.names(id, epoch).then(|| f(&recent.set))
         })
         .ok()
         .flatten()
