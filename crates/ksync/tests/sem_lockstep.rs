@@ -8,12 +8,13 @@
 //! before the next step, non-blocking calls by the controller (which
 //! complete sleepers), SETVAL and SETALL, undo owners that do one `SEM_UNDO`
 //! operation and later go away (the kernel applies their adjustments at
-//! process exit, so on the kernel side an owner is a forked child; on the
-//! ksync side a `SemUndo` that is dropped). Every script ends with the
+//! process exit, so on the kernel side an owner is a forked child; on
+//! `SemSet`'s side a `SemUndo` that is dropped, and on a process-shared
+//! set's a process that exits). Every script ends with the
 //! set's removal, whose EIDRMs are compared too.
 //!
 //! Every step runs on a `SemSet` (or a process-shared set, in a run of its
-//! own, whose scripts have no undo owners) and on a kernel set. After it, each side is
+//! own) and on a kernel set. After it, each side is
 //! left to *settle*: every worker has either returned or is asleep in its
 //! sleeping system call (`FUTEX_WAIT` for ksync, whose sleepers are told to
 //! park at once; `semop`/`semtimedop` for the kernel), read from
@@ -40,11 +41,13 @@ mod common;
 mod sem_common;
 
 use common::PATIENCE;
-use ksync::sem::{SemBuf, SemSet, SemUndo, IPC_NOWAIT, SEM_UNDO};
+use ksync::sem::{SemBuf, SemSet, SemUndo, SharedSemSet, IPC_NOWAIT, SEM_UNDO};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sem_common::{sb, sysv_available, KResult, KernelSet, Sems, SharedSet, UndoChild, Watchdog};
 use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write as _};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -94,17 +97,7 @@ fn sops(n: usize, undo_pct: u32) -> BoxedStrategy<Vec<SemBuf>> {
     prop::collection::vec(sop(n, undo_pct), 1..=3).boxed()
 }
 
-fn step(n: usize, undo_owners: bool) -> BoxedStrategy<Step> {
-    if !undo_owners {
-        return prop_oneof![
-            30 => sops(n, 10).prop_map(Step::Block),
-            6 => sops(n, 10).prop_map(Step::Timed),
-            24 => controller_op(n),
-            6 => (0..n, 0i32..=3).prop_map(|(num, v)| Step::SetVal(num, v)),
-            4 => prop::collection::vec(0u16..=3, n).prop_map(Step::SetAll),
-        ]
-        .boxed();
-    }
+fn step(n: usize) -> BoxedStrategy<Step> {
     prop_oneof![
         30 => sops(n, 10).prop_map(Step::Block),
         6 => sops(n, 10).prop_map(Step::Timed),
@@ -126,10 +119,9 @@ fn controller_op(n: usize) -> BoxedStrategy<Step> {
         .boxed()
 }
 
-/// A script; `undo_owners`: with steps that start and end undo owners.
-fn script(undo_owners: bool) -> impl Strategy<Value = (usize, Vec<Step>)> {
-    (1usize..=4)
-        .prop_flat_map(move |n| (Just(n), prop::collection::vec(step(n, undo_owners), 1..=40)))
+/// A script: a set's size and the steps on it.
+fn script() -> impl Strategy<Value = (usize, Vec<Step>)> {
+    (1usize..=4).prop_flat_map(|n| (Just(n), prop::collection::vec(step(n), 1..=40)))
 }
 
 // ---------------------------------------------------------------------------
@@ -188,17 +180,112 @@ impl Side for SemSet {
 }
 
 /// A process-shared set applies a process's adjustments when the process
-/// dies, as the kernel does: its scripts have no undo owners, which would
-/// have to be forked from a process whose threads use the set.
+/// dies, as the kernel does, so an undo owner is a process: this test
+/// binary run again in the role [`owner_role`] plays. Its adjustments are
+/// applied by the next call that finds it dead; the first control call of
+/// the step's settling (`GETNCNT`) is one.
 impl Side for SharedSet {
     fn sleep_calls() -> Vec<i64> {
         vec![libc::SYS_futex]
     }
-    type Owner = ();
-    fn undo_owner(&self, _sops: &[SemBuf]) -> ((), KResult<()>) {
-        unreachable!("scripts for the shared sets have no undo owners")
+    type Owner = OwnerProcess;
+    fn undo_owner(&self, sops: &[SemBuf]) -> (OwnerProcess, KResult<()>) {
+        OwnerProcess::spawn(self.set.id(), sops)
     }
-    fn drop_owner(_owner: ()) {}
+    fn drop_owner(owner: OwnerProcess) {
+        owner.exit();
+    }
+}
+
+/// The variable that makes this test binary an undo owner: the set's id,
+/// then the operations, `id;num,op,flags;num,op,flags`.
+const OWNER: &str = "KSYNC_LOCKSTEP_OWNER";
+
+/// An undo owner of a process-shared set: a process that performed one
+/// call with `SEM_UNDO` and lives until told to exit.
+struct OwnerProcess {
+    child: Child,
+    /// Its standard output, read to the end before it is reaped: the
+    /// harness writes there after the result, and a closed pipe would fail
+    /// the process.
+    out: BufReader<ChildStdout>,
+}
+
+impl OwnerProcess {
+    fn spawn(id: i32, sops: &[SemBuf]) -> (OwnerProcess, KResult<()>) {
+        let mut spec = id.to_string();
+        for s in sops {
+            let _ = write!(spec, ";{},{},{}", s.num, s.op, s.flags);
+        }
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "owner_role", "--nocapture", "--test-threads=1"])
+            .env(OWNER, spec)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn an undo owner");
+        let mut out = BufReader::new(child.stdout.take().expect("owner's stdout"));
+        let mut line = String::new();
+        let errno = loop {
+            line.clear();
+            let read = out.read_line(&mut line).expect("owner's stdout");
+            assert!(read > 0, "the undo owner exited without a result");
+            // The harness may have started the line ("test owner_role ... ").
+            if let Some(at) = line.find("@@result ") {
+                break line[at + 9..].trim().parse::<i32>().expect("an errno");
+            }
+        };
+        let r = if errno == 0 { Ok(()) } else { Err(errno) };
+        (OwnerProcess { child, out }, r)
+    }
+
+    /// Tells the owner to exit and reaps it. A line, not the end of its
+    /// standard input: the kernel side's forked undo owners hold copies of
+    /// the pipe's writing end.
+    fn exit(mut self) {
+        let mut stdin = self.child.stdin.take().expect("owner's stdin");
+        stdin
+            .write_all(b"exit\n")
+            .expect("tell an undo owner to exit");
+        drop(stdin);
+        let mut rest = Vec::new();
+        let _ = self.out.read_to_end(&mut rest);
+        let status = self.child.wait().expect("wait for an undo owner");
+        assert!(status.success(), "undo owner: {status}");
+    }
+}
+
+/// What an undo owner does, when `KSYNC_LOCKSTEP_OWNER` names its call;
+/// nothing in a normal run.
+#[test]
+fn owner_role() {
+    let Ok(spec) = std::env::var(OWNER) else {
+        return;
+    };
+    let mut parts = spec.split(';');
+    let id: i32 = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("owner: an id");
+    let sops: Vec<SemBuf> = parts
+        .map(|p| {
+            let f: Vec<i16> = p
+                .split(',')
+                .map(|x| x.parse().expect("owner: a number"))
+                .collect();
+            sb(f[0] as u16, f[1], f[2])
+        })
+        .collect();
+    let set = SharedSemSet::open_id(id).expect("owner: open_id");
+    let errno = set.semop(&sops).err().map_or(0, |e| e.errno());
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "@@result {errno}");
+        let _ = out.flush();
+    }
+    // Until the test says so.
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_line(&mut rest);
 }
 
 impl Side for KernelSet {
@@ -469,20 +556,20 @@ fn blocking_scripts_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_run_in_lockstep_with_the_kernel") {
         return;
     }
-    run_scripts("lockstep scripts", true, |n| SemSet::new(n).unwrap());
+    run_scripts("lockstep scripts", |n| SemSet::new(n).unwrap());
 }
 
-/// The same on a process-shared set, without undo owners (see its `Side`).
+/// The same on a process-shared set, whose undo owners are processes.
 #[test]
 fn blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel") {
         return;
     }
-    run_scripts("lockstep scripts, shared", false, SharedSet::create);
+    run_scripts("lockstep scripts, shared", SharedSet::create);
 }
 
 /// `PROPTEST_CASES` scripts on sets `new` makes, shrinking the first failure.
-fn run_scripts<S: Side>(test: &'static str, undo_owners: bool, new: impl Fn(usize) -> S) {
+fn run_scripts<S: Side>(test: &'static str, new: impl Fn(usize) -> S) {
     let _dog = Watchdog::arm(test, Duration::from_secs(600));
     // Sleepers park at once, so that "asleep in FUTEX_WAIT" means queued.
     ksync::sem::set_sleeper_spin(0);
@@ -496,7 +583,7 @@ fn run_scripts<S: Side>(test: &'static str, undo_owners: bool, new: impl Fn(usiz
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&script(undo_owners), |(n, steps)| {
+    let result = runner.run(&script(), |(n, steps)| {
         run_script(new(n), n, &steps).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
