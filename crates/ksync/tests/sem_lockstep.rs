@@ -44,7 +44,9 @@ use common::PATIENCE;
 use ksync::sem::{SemBuf, SemSet, SemUndo, SharedSemSet, IPC_NOWAIT, SEM_UNDO};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sem_common::{sb, sysv_available, KResult, KernelSet, Sems, SharedSet, UndoChild, Watchdog};
+use sem_common::{
+    sb, sysv_available, KResult, KernelSet, Sems, SharedSet, UndoChild, Watchdog, FORK_LOCK,
+};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write as _};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -74,6 +76,12 @@ enum Step {
     UndoOp(Vec<SemBuf>),
     /// Undo owner `n % live` goes away: its adjustments are applied.
     UndoDrop(usize),
+    /// A blocking call in a process of its own (process-shared scripts).
+    ProcBlock(Vec<SemBuf>),
+    /// The process of process worker `n % live` is killed, whether its call
+    /// returned or sleeps: its sleeper leaves the queue and its
+    /// adjustments are applied.
+    Kill(usize),
 }
 
 fn sop(n: usize, undo_pct: u32) -> BoxedStrategy<SemBuf> {
@@ -97,8 +105,9 @@ fn sops(n: usize, undo_pct: u32) -> BoxedStrategy<Vec<SemBuf>> {
     prop::collection::vec(sop(n, undo_pct), 1..=3).boxed()
 }
 
-fn step(n: usize) -> BoxedStrategy<Step> {
-    prop_oneof![
+/// A step; `processes`: also blocking calls in processes, and kills.
+fn step(n: usize, processes: bool) -> BoxedStrategy<Step> {
+    let step = prop_oneof![
         30 => sops(n, 10).prop_map(Step::Block),
         6 => sops(n, 10).prop_map(Step::Timed),
         24 => controller_op(n),
@@ -108,6 +117,14 @@ fn step(n: usize) -> BoxedStrategy<Step> {
             Step::UndoOp(ops.into_iter().map(|(num, op)| sb(num, op, U | NW)).collect())
         }),
         4 => any::<usize>().prop_map(Step::UndoDrop),
+    ];
+    if !processes {
+        return step.boxed();
+    }
+    prop_oneof![
+        80 => step,
+        8 => sops(n, 30).prop_map(Step::ProcBlock),
+        5 => any::<usize>().prop_map(Step::Kill),
     ]
     .boxed()
 }
@@ -120,8 +137,9 @@ fn controller_op(n: usize) -> BoxedStrategy<Step> {
 }
 
 /// A script: a set's size and the steps on it.
-fn script() -> impl Strategy<Value = (usize, Vec<Step>)> {
-    (1usize..=4).prop_flat_map(|n| (Just(n), prop::collection::vec(step(n), 1..=40)))
+fn script(processes: bool) -> impl Strategy<Value = (usize, Vec<Step>)> {
+    (1usize..=4)
+        .prop_flat_map(move |n| (Just(n), prop::collection::vec(step(n, processes), 1..=40)))
 }
 
 // ---------------------------------------------------------------------------
@@ -130,19 +148,25 @@ fn script() -> impl Strategy<Value = (usize, Vec<Step>)> {
 
 /// The state letter of thread `tid` (`R`, `S`, ...) and the system call it is
 /// in, `None` when it runs in user space (or has exited).
-fn thread_state(tid: i32) -> Option<(char, Option<i64>)> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+fn thread_state(pid: i32, tid: i32) -> Option<(char, Option<i64>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
-    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
     let nr = syscall.split_whitespace().next()?.parse::<i64>().ok();
     Some((state, nr.filter(|&n| n >= 0)))
 }
 
-/// One blocking call on a thread of its own.
+/// The result a process worker killed before its call returned reports.
+const KILLED: i32 = -9;
+
+/// One blocking call on a thread of its own, in this process or in one of
+/// its own.
 struct Worker {
     sops: Vec<SemBuf>,
+    /// The process the thread belongs to.
+    pid: i32,
     tid: Arc<AtomicI32>,
-    result: Arc<Mutex<Option<KResult<()>>>>,
+    result: Outcome,
     /// Its result was already compared.
     reported: bool,
 }
@@ -162,6 +186,33 @@ trait Side: Sems + Send + Sync + Sized {
     type Owner: Send;
     fn undo_owner(&self, sops: &[SemBuf]) -> (Self::Owner, KResult<()>);
     fn drop_owner(owner: Self::Owner);
+    /// A process worker: a process whose one call is `sops`. It stores the
+    /// id of the thread that makes the call in `tid`, and the call's result
+    /// in `result` when the call returns.
+    type Proc: ProcWorker;
+    fn spawn_proc(&self, sops: &[SemBuf], tid: Arc<AtomicI32>, result: Outcome) -> Self::Proc;
+}
+
+/// Where a worker's result lands.
+type Outcome = Arc<Mutex<Option<KResult<()>>>>;
+
+/// A process whose one blocking call is a worker's.
+trait ProcWorker: Send {
+    fn pid(&self) -> i32;
+    /// Kills the process and reaps it.
+    fn kill(self);
+}
+
+/// `SemSet`'s scripts have no process workers.
+enum NoProc {}
+
+impl ProcWorker for NoProc {
+    fn pid(&self) -> i32 {
+        match *self {}
+    }
+    fn kill(self) {
+        match self {}
+    }
 }
 
 impl Side for SemSet {
@@ -177,29 +228,98 @@ impl Side for SemSet {
     fn drop_owner(owner: SemUndo) {
         drop(owner);
     }
+    type Proc = NoProc;
+    fn spawn_proc(&self, _: &[SemBuf], _: Arc<AtomicI32>, _: Outcome) -> NoProc {
+        unreachable!("SemSet's scripts have no process workers")
+    }
 }
 
 /// A process-shared set applies a process's adjustments when the process
 /// dies, as the kernel does, so an undo owner is a process: this test
-/// binary run again in the role [`owner_role`] plays. Its adjustments are
+/// binary run again in the role [`child_role`] plays. Its adjustments are
 /// applied by the next call that finds it dead; the first control call of
-/// the step's settling (`GETNCNT`) is one.
+/// the step's settling (`GETNCNT`) is one. So is a killed process worker's
+/// sleeper taken off the queue.
 impl Side for SharedSet {
     fn sleep_calls() -> Vec<i64> {
         vec![libc::SYS_futex]
     }
     type Owner = OwnerProcess;
     fn undo_owner(&self, sops: &[SemBuf]) -> (OwnerProcess, KResult<()>) {
-        OwnerProcess::spawn(self.set.id(), sops)
+        let (child, mut out) = spawn_child("owner", self.set.id(), sops);
+        let errno = match said(&mut out) {
+            Some((word, errno)) if word == "result" => errno,
+            other => panic!("undo owner said {other:?}, wanted its result"),
+        };
+        (OwnerProcess { child, out }, errno_result(errno))
     }
     fn drop_owner(owner: OwnerProcess) {
         owner.exit();
     }
+    type Proc = SharedProc;
+    fn spawn_proc(&self, sops: &[SemBuf], tid: Arc<AtomicI32>, result: Outcome) -> SharedProc {
+        let (child, mut out) = spawn_child("sleeper", self.set.id(), sops);
+        thread::spawn(move || {
+            // Until the process is killed.
+            while let Some((word, n)) = said(&mut out) {
+                match word.as_str() {
+                    "tid" => tid.store(n, Ordering::SeqCst),
+                    _ => *result.lock().unwrap() = Some(errno_result(n)),
+                }
+            }
+        });
+        SharedProc { child }
+    }
 }
 
-/// The variable that makes this test binary an undo owner: the set's id,
-/// then the operations, `id;num,op,flags;num,op,flags`.
-const OWNER: &str = "KSYNC_LOCKSTEP_OWNER";
+fn errno_result(errno: i32) -> KResult<()> {
+    if errno == 0 {
+        Ok(())
+    } else {
+        Err(errno)
+    }
+}
+
+/// The variable that makes this test binary a child of the shared side's:
+/// its role (`owner` or `sleeper`), the set's id, then the operations,
+/// `role;id;num,op,flags;num,op,flags`.
+const CHILD: &str = "KSYNC_LOCKSTEP_CHILD";
+
+/// Runs this test binary as a child in `role` on the set `id`; its
+/// standard output, where it says what happened.
+fn spawn_child(role: &str, id: i32, sops: &[SemBuf]) -> (Child, BufReader<ChildStdout>) {
+    let mut spec = format!("{role};{id}");
+    for s in sops {
+        let _ = write!(spec, ";{},{},{}", s.num, s.op, s.flags);
+    }
+    // A kernel side's child forked meanwhile would hold the pipes' ends.
+    let _g = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
+        .env(CHILD, spec)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn a child");
+    let out = BufReader::new(child.stdout.take().expect("child's stdout"));
+    (child, out)
+}
+
+/// The next `@@word number` line a child says; `None` once it is gone.
+fn said(out: &mut BufReader<ChildStdout>) -> Option<(String, i32)> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if out.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        // The harness may have started the line ("test child_role ... ").
+        if let Some(at) = line.find("@@") {
+            let (word, n) = line[at + 2..].trim().split_once(' ')?;
+            return Some((word.to_string(), n.parse().ok()?));
+        }
+    }
+}
 
 /// An undo owner of a process-shared set: a process that performed one
 /// call with `SEM_UNDO` and lives until told to exit.
@@ -212,36 +332,9 @@ struct OwnerProcess {
 }
 
 impl OwnerProcess {
-    fn spawn(id: i32, sops: &[SemBuf]) -> (OwnerProcess, KResult<()>) {
-        let mut spec = id.to_string();
-        for s in sops {
-            let _ = write!(spec, ";{},{},{}", s.num, s.op, s.flags);
-        }
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "owner_role", "--nocapture", "--test-threads=1"])
-            .env(OWNER, spec)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn an undo owner");
-        let mut out = BufReader::new(child.stdout.take().expect("owner's stdout"));
-        let mut line = String::new();
-        let errno = loop {
-            line.clear();
-            let read = out.read_line(&mut line).expect("owner's stdout");
-            assert!(read > 0, "the undo owner exited without a result");
-            // The harness may have started the line ("test owner_role ... ").
-            if let Some(at) = line.find("@@result ") {
-                break line[at + 9..].trim().parse::<i32>().expect("an errno");
-            }
-        };
-        let r = if errno == 0 { Ok(()) } else { Err(errno) };
-        (OwnerProcess { child, out }, r)
-    }
-
     /// Tells the owner to exit and reaps it. A line, not the end of its
-    /// standard input: the kernel side's forked undo owners hold copies of
-    /// the pipe's writing end.
+    /// standard input: a process forked meanwhile may hold a copy of the
+    /// pipe's writing end.
     fn exit(mut self) {
         let mut stdin = self.child.stdin.take().expect("owner's stdin");
         stdin
@@ -255,35 +348,59 @@ impl OwnerProcess {
     }
 }
 
-/// What an undo owner does, when `KSYNC_LOCKSTEP_OWNER` names its call;
-/// nothing in a normal run.
+/// A process worker of a process-shared set.
+struct SharedProc {
+    child: Child,
+}
+
+impl ProcWorker for SharedProc {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    fn kill(mut self) {
+        self.child.kill().expect("kill a process worker");
+        self.child.wait().expect("wait for a process worker");
+    }
+}
+
+/// What a child of the shared side does, when `KSYNC_LOCKSTEP_CHILD` names
+/// it; nothing in a normal run. An owner makes its call, says its result
+/// and exits when told; a sleeper says its thread's id, makes its call
+/// (parking at once when it blocks), says its result and waits to be
+/// killed.
 #[test]
-fn owner_role() {
-    let Ok(spec) = std::env::var(OWNER) else {
+fn child_role() {
+    let Ok(spec) = std::env::var(CHILD) else {
         return;
     };
+    let say = |word: &str, n: i32| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "@@{word} {n}");
+        let _ = out.flush();
+    };
     let mut parts = spec.split(';');
+    let role = parts.next().expect("child: a role");
     let id: i32 = parts
         .next()
         .and_then(|p| p.parse().ok())
-        .expect("owner: an id");
+        .expect("child: an id");
     let sops: Vec<SemBuf> = parts
         .map(|p| {
             let f: Vec<i16> = p
                 .split(',')
-                .map(|x| x.parse().expect("owner: a number"))
+                .map(|x| x.parse().expect("child: a number"))
                 .collect();
             sb(f[0] as u16, f[1], f[2])
         })
         .collect();
-    let set = SharedSemSet::open_id(id).expect("owner: open_id");
-    let errno = set.semop(&sops).err().map_or(0, |e| e.errno());
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "@@result {errno}");
-        let _ = out.flush();
+    ksync::sem::set_sleeper_spin(0);
+    let set = SharedSemSet::open_id(id).expect("child: open_id");
+    if role == "sleeper" {
+        // SAFETY: gettid has no preconditions.
+        say("tid", unsafe { libc::gettid() });
     }
-    // Until the test says so.
+    say("result", set.semop(&sops).err().map_or(0, |e| e.errno()));
+    // Until the test says so, or kills us.
     let mut rest = String::new();
     let _ = std::io::stdin().read_line(&mut rest);
 }
@@ -299,6 +416,79 @@ impl Side for KernelSet {
     }
     fn drop_owner(owner: UndoChild) {
         owner.exit();
+    }
+    type Proc = KernelProc;
+    fn spawn_proc(&self, sops: &[SemBuf], tid: Arc<AtomicI32>, result: Outcome) -> KernelProc {
+        KernelProc::spawn(self, sops, tid, result)
+    }
+}
+
+/// A process worker of a kernel set: a forked child.
+struct KernelProc {
+    pid: i32,
+}
+
+impl KernelProc {
+    fn spawn(k: &KernelSet, sops: &[SemBuf], tid: Arc<AtomicI32>, result: Outcome) -> KernelProc {
+        let mut ks: Vec<libc::sembuf> = sops
+            .iter()
+            .map(|s| libc::sembuf {
+                sem_num: s.num,
+                sem_op: s.op,
+                sem_flg: s.flags,
+            })
+            .collect();
+        let mut res = [0; 2];
+        let _g = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: plain system calls on valid arrays. After fork the child
+        // makes only system calls (close_range, semop, write, pause) on
+        // memory prepared before the fork.
+        unsafe {
+            assert_eq!(libc::pipe2(res.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // Only the result pipe's writing end stays open: one of
+                // another child's pipes would otherwise stay open with it.
+                let w = res[1] as libc::c_uint;
+                if w > 3 {
+                    libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, w - 1, 0);
+                }
+                libc::syscall(libc::SYS_close_range, w + 1, libc::c_uint::MAX, 0);
+                let r = libc::semop(k.id(), ks.as_mut_ptr(), ks.len());
+                let errno: i32 = if r == 0 { 0 } else { *libc::__errno_location() };
+                libc::write(res[1], &errno as *const i32 as *const libc::c_void, 4);
+                loop {
+                    libc::pause();
+                }
+            }
+            libc::close(res[1]);
+            tid.store(pid, Ordering::SeqCst);
+            let r = res[0];
+            thread::spawn(move || {
+                let mut errno = 0i32;
+                // SAFETY: reads 4 bytes into a local, from our pipe end.
+                let n = libc::read(r, &mut errno as *mut i32 as *mut libc::c_void, 4);
+                if n == 4 {
+                    *result.lock().unwrap() = Some(errno_result(errno));
+                }
+                libc::close(r);
+            });
+            KernelProc { pid }
+        }
+    }
+}
+
+impl ProcWorker for KernelProc {
+    fn pid(&self) -> i32 {
+        self.pid
+    }
+    fn kill(self) {
+        // SAFETY: plain system calls on our own child.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
     }
 }
 
@@ -321,6 +511,8 @@ struct Run<'s, 'e, S: Side> {
     process_undo: &'e SemUndo,
     workers: Vec<Worker>,
     owners: Vec<S::Owner>,
+    /// The live process workers, with their indices in `workers`.
+    procs: Vec<(usize, S::Proc)>,
 }
 
 impl<'s, 'e, S: Side> Run<'s, 'e, S> {
@@ -337,10 +529,43 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
         });
         self.workers.push(Worker {
             sops,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
             tid,
             result,
             reported: false,
         });
+    }
+
+    /// Starts a process worker.
+    fn spawn_proc(&mut self, sops: Vec<SemBuf>) {
+        let tid = Arc::new(AtomicI32::new(0));
+        let result = Arc::new(Mutex::new(None));
+        let proc = self
+            .set
+            .spawn_proc(&sops, Arc::clone(&tid), Arc::clone(&result));
+        self.workers.push(Worker {
+            sops,
+            pid: proc.pid(),
+            tid,
+            result,
+            reported: false,
+        });
+        self.procs.push((self.workers.len() - 1, proc));
+    }
+
+    /// Kills process worker `which % live` and reaps it; a call that had
+    /// not returned reports `KILLED`.
+    fn kill_proc(&mut self, which: usize) {
+        if self.procs.is_empty() {
+            return;
+        }
+        let (worker, proc) = self.procs.remove(which % self.procs.len());
+        proc.kill();
+        let mut result = self.workers[worker].result.lock().unwrap();
+        if result.is_none() {
+            *result = Some(Err(KILLED));
+        }
     }
 
     /// Waits until every worker has returned or sleeps in its sleeping call
@@ -361,9 +586,12 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
                 .map(|(i, _)| i)
                 .collect();
             let asleep = waiting.iter().all(|&i| {
-                let tid = self.workers[i].tid.load(Ordering::SeqCst);
+                let (pid, tid) = (
+                    self.workers[i].pid,
+                    self.workers[i].tid.load(Ordering::SeqCst),
+                );
                 tid != 0
-                    && matches!(thread_state(tid),
+                    && matches!(thread_state(pid, tid),
                         Some(('S', Some(nr))) if sleeps.contains(&nr))
             });
             let counted: usize = (0..self.set.nsems())
@@ -424,6 +652,14 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
                 }
                 None
             }
+            Step::ProcBlock(sops) => {
+                self.spawn_proc(sops.clone());
+                None
+            }
+            Step::Kill(which) => {
+                self.kill_proc(*which);
+                None
+            }
         })
     }
 
@@ -458,6 +694,9 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
         for owner in self.owners.drain(..) {
             S::drop_owner(owner);
         }
+        for (_, proc) in self.procs.drain(..) {
+            proc.kill();
+        }
         let mut seen = self.observe(Some(r));
         // After removal the two sides report different errnos for every
         // later call (EIDRM against EINVAL): compare only what returned.
@@ -488,6 +727,7 @@ fn run_script<S: Side>(ours: S, n: usize, steps: &[Step]) -> Result<(), String> 
             process_undo: &our_undo,
             workers: Vec::new(),
             owners: Vec::new(),
+            procs: Vec::new(),
         };
         let mut b = Run {
             scope,
@@ -495,24 +735,31 @@ fn run_script<S: Side>(ours: S, n: usize, steps: &[Step]) -> Result<(), String> 
             process_undo: &their_undo,
             workers: Vec::new(),
             owners: Vec::new(),
+            procs: Vec::new(),
+        };
+        // A failure, with the script up to step `i` and the workers.
+        let failed = |what: String, i: usize, workers: &[Worker]| {
+            let mut m = format!("{what}\nscript so far:\n");
+            for s in &steps[..=i] {
+                let _ = writeln!(m, "  {s:?}");
+            }
+            m + &describe(workers)
         };
         let outcome = (|| {
             for (i, step) in steps.iter().enumerate() {
-                let ra = a.apply(step)?;
-                a.settle()?;
-                let rb = b.apply(step)?;
-                b.settle()?;
+                let ra = a.apply(step).and_then(|r| a.settle().map(|()| r));
+                let ra =
+                    ra.map_err(|e| failed(format!("step {i} {step:?}: {e}"), i, &a.workers))?;
+                let rb = b.apply(step).and_then(|r| b.settle().map(|()| r));
+                let rb =
+                    rb.map_err(|e| failed(format!("step {i} {step:?}: {e}"), i, &b.workers))?;
                 let (sa, sb) = (a.observe(ra), b.observe(rb));
                 if sa != sb {
-                    let mut m = format!(
-                        "step {i} {step:?} differs\n  {}: {sa:?}\n  kernel: {sb:?}\nscript so far:\n",
+                    let what = format!(
+                        "step {i} {step:?} differs\n  {}: {sa:?}\n  kernel: {sb:?}",
                         S::NAME
                     );
-                    for s in &steps[..=i] {
-                        let _ = writeln!(m, "  {s:?}");
-                    }
-                    let _ = write!(m, "{}", describe(&a.workers));
-                    return Err(m);
+                    return Err(failed(what, i, &a.workers));
                 }
             }
             Ok(())
@@ -556,20 +803,21 @@ fn blocking_scripts_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_run_in_lockstep_with_the_kernel") {
         return;
     }
-    run_scripts("lockstep scripts", |n| SemSet::new(n).unwrap());
+    run_scripts("lockstep scripts", false, |n| SemSet::new(n).unwrap());
 }
 
-/// The same on a process-shared set, whose undo owners are processes.
+/// The same on a process-shared set, whose undo owners are processes, and
+/// whose scripts also have sleepers in processes of their own, killed.
 #[test]
 fn blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel") {
         return;
     }
-    run_scripts("lockstep scripts, shared", SharedSet::create);
+    run_scripts("lockstep scripts, shared", true, SharedSet::create);
 }
 
 /// `PROPTEST_CASES` scripts on sets `new` makes, shrinking the first failure.
-fn run_scripts<S: Side>(test: &'static str, new: impl Fn(usize) -> S) {
+fn run_scripts<S: Side>(test: &'static str, processes: bool, new: impl Fn(usize) -> S) {
     let _dog = Watchdog::arm(test, Duration::from_secs(600));
     // Sleepers park at once, so that "asleep in FUTEX_WAIT" means queued.
     ksync::sem::set_sleeper_spin(0);
@@ -583,8 +831,21 @@ fn run_scripts<S: Side>(test: &'static str, new: impl Fn(usize) -> S) {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&script(), |(n, steps)| {
-        run_script(new(n), n, &steps).map_err(TestCaseError::fail)
+    // A failure that is a sleeper never settling costs PATIENCE per try, and
+    // shrinking it may outlast the watchdog: the first one is told at once.
+    let told = std::sync::atomic::AtomicBool::new(false);
+    let result = runner.run(&script(processes), |(n, steps)| {
+        run_script(new(n), n, &steps).map_err(|e| {
+            if !told.swap(true, Ordering::SeqCst) {
+                // Straight to the stream: the harness captures eprintln!,
+                // and would lose it with the watchdog's abort.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{test}: first failure, before shrinking:\n{e}"
+                );
+            }
+            TestCaseError::fail(e)
+        })
     });
     if let Err(e) = result {
         panic!("{e}");

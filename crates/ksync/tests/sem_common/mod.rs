@@ -626,7 +626,9 @@ pub struct UndoChild {
     go: libc::c_int,
 }
 
-static FORK_LOCK: Mutex<()> = Mutex::new(());
+/// Held while a test forks, so that a child does not inherit another test's
+/// pipe ends.
+pub static FORK_LOCK: Mutex<()> = Mutex::new(());
 
 impl UndoChild {
     /// Forks; the child runs `sops` and reports the result; returns the
