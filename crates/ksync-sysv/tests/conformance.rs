@@ -196,6 +196,16 @@ fn semget_cases() {
     );
 }
 
+/// The library keeps a descriptor per set used; past the soft descriptor
+/// limit it raises that limit instead of failing.
+#[test]
+fn more_sets_than_the_soft_descriptor_limit() {
+    let out = compare("many_sets");
+    if !out.starts_with("00 skipped") {
+        assert!(has_line(&out, "04 sets removed: 200"), "{out}");
+    }
+}
+
 #[test]
 fn semop_values_and_errors() {
     let out = compare("semop_basic");

@@ -144,13 +144,57 @@ pub(super) fn open_writable(dir: &Path, id: i32) -> Option<OwnedFd> {
 /// Opens the set file at `path` with access `flags`, close-on-exec and
 /// never through a link; the errno if it cannot.
 fn open_as(path: &CStr, flags: i32) -> Result<OwnedFd, i32> {
-    // SAFETY: a valid C string; the descriptor is owned below.
-    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a descriptor we just opened and own.
+    open_descriptor(path, flags | libc::O_NOFOLLOW, 0)
+}
+
+/// `open(2)`, close-on-exec, for a set's file; the errno if it fails.
+pub(super) fn open_descriptor(path: &CStr, flags: i32, mode: libc::mode_t) -> Result<OwnedFd, i32> {
+    // SAFETY: a valid C string.
+    new_descriptor(|| unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+}
+
+/// A second descriptor, close-on-exec, for `fd`'s open file.
+pub(super) fn duplicate(fd: &OwnedFd) -> Result<OwnedFd, i32> {
+    // SAFETY: a descriptor we own.
+    new_descriptor(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })
+}
+
+/// The descriptor `make` returns (or the errno it leaves).
+///
+/// A process out of descriptors (`EMFILE`) raises its soft `RLIMIT_NOFILE`
+/// to the hard limit and makes it once more. Every set a process has used
+/// keeps a descriptor open until it exits (its byte-range locks, which say
+/// it is alive, live on it), where the kernel's sets take none: without
+/// this, a program that uses more sets than the usual soft limit of 1024
+/// would fail where it works on the kernel. The raised limit stays, and
+/// programs it executes inherit it, as they would had it raised the limit
+/// itself.
+fn new_descriptor(make: impl Fn() -> libc::c_int) -> Result<OwnedFd, i32> {
+    let try_once = || match make() {
+        fd if fd >= 0 => Ok(fd),
+        _ => Err(errno()),
+    };
+    let fd = match try_once() {
+        Err(libc::EMFILE) if raise_descriptor_limit() => try_once(),
+        done => done,
+    }?;
+    // SAFETY: a descriptor just made, which nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; whether it rose.
+fn raise_descriptor_limit() -> bool {
+    // SAFETY: plain old data, filled by getrlimit.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur >= limit.rlim_max
+    {
+        return false;
+    }
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: a valid pointer to the limit to set.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
 }
 
 /// What the attributes of set `id`'s file say, read without opening it

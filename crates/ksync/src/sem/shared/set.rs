@@ -1497,19 +1497,8 @@ fn create(
     let layout = Layout::new(nsems);
     let tmp = dir.join(format!("tmp.{}.{:08x}", current_pid(), dir::random_id()));
     let c = cstr(&tmp)?;
-    // SAFETY: a valid C string; the descriptor is owned below.
-    let raw = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if raw < 0 {
-        return Err(os_error(errno()));
-    }
-    // SAFETY: a descriptor we just opened.
-    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let fd = dir::open_descriptor(&c, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600)
+        .map_err(os_error)?;
     let built = build(&fd, &tmp, layout, key, mode);
     let _ = dir::unlink(&tmp);
     let (id, map) = built.and_then(|id| Ok((id, Mapping::new_file(fd, layout)?)))?;
@@ -1540,7 +1529,7 @@ fn build(
     if unsafe { libc::ftruncate(fd.as_raw_fd(), layout.bytes() as libc::off_t) } != 0 {
         return Err(os_error(errno()));
     }
-    let dup = fd.try_clone().map_err(|_| SemError::NoSpace)?;
+    let dup = dir::duplicate(fd).map_err(os_error)?;
     let map = Mapping::new_file(dup, layout)?;
     let put = |i: usize, v: u32| map.word(i).store(v, Ordering::Relaxed);
     // SAFETY: plain system calls.
