@@ -206,6 +206,14 @@ fn more_sets_than_the_soft_descriptor_limit() {
     }
 }
 
+/// A fork child that closed the library's descriptor still uses the set,
+/// and is not taken for dead while it lives.
+#[test]
+fn a_child_that_closed_its_descriptors() {
+    let out = compare("closed_fds");
+    assert!(has_line(&out, "03 value while the child lives: 2"), "{out}");
+}
+
 #[test]
 fn semop_values_and_errors() {
     let out = compare("semop_basic");

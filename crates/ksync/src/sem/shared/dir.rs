@@ -14,7 +14,7 @@
 //! the same key, exactly one wins, and the other opens the winner's set.
 
 use std::ffi::{CStr, CString, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
@@ -253,7 +253,7 @@ pub(super) fn unbind_key(dir: &Path, key: i32, id: i32) {
 
 /// The layout version in the head of a set file open as `fd`: the magic
 /// and the version are the first two words of every version's file.
-pub(super) fn read_layout_version(fd: &OwnedFd) -> Result<u32, SemError> {
+pub(super) fn read_layout_version(fd: BorrowedFd<'_>) -> Result<u32, SemError> {
     let mut head = [0u8; 8];
     // SAFETY: reads at most 8 bytes into `head`, from a live descriptor.
     let got = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), 8, 0) };

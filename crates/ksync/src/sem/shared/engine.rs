@@ -1464,7 +1464,7 @@ mod tests {
         sleeper.kill();
         // A new process takes the dead slot's liveness byte, as the first
         // step of `Registry::claim`, and has yet to store the new GEN.
-        let fd = set.map.fd.as_raw_fd();
+        let fd = set.map.fd().as_raw_fd();
         let _claimer = Child::fork(
             move || {
                 // SAFETY: plain old data, then a valid flock on our descriptor.
@@ -1584,7 +1584,7 @@ mod tests {
     #[test]
     fn a_stopped_claimer_holds_up_only_its_own_sets_claims() {
         let x = Scratch::new(1);
-        let fd = x.0.map.fd.as_raw_fd();
+        let fd = x.0.map.fd().as_raw_fd();
         let holder = Child::fork(
             move || {
                 // SAFETY: plain old data, then a valid flock on the

@@ -2,7 +2,7 @@
 //! words, and the checks that make a file safe to use before anything in it
 //! is trusted.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 use super::layout::{header, sem_word, Layout, MAGIC, VERSION};
@@ -26,9 +26,14 @@ pub(super) struct Mapping {
     /// `IPC_SET`, not one per call.
     tried_gen: AtomicU64,
     pub(super) layout: Layout,
+    /// The file's descriptor ([`fd`](Self::fd)), owned: closed on drop.
     /// Kept open for the life of the process once its liveness lock is taken
-    /// (`procs.rs`); see [`super::procs::Registry`].
-    pub(super) fd: OwnedFd,
+    /// (`procs.rs`); see [`super::procs::Registry`]. A number, not an
+    /// `OwnedFd`, so that [`reopen_if_closed`](Self::reopen_if_closed) can
+    /// replace one the program closed.
+    fd: AtomicI32,
+    /// The file's device and inode, which the descriptor must keep naming.
+    file: (u64, u64),
     /// Threads of this process holding or taking the set's lock: lets a
     /// waiter tell a lock word that names its own process but that no
     /// thread of it holds, which only a corrupt file can show (`lock.rs`).
@@ -100,7 +105,7 @@ impl Mapping {
     /// long enough for the layout that size implies. A file that fails any
     /// check is not a set (`EINVAL`).
     pub(super) fn new(fd: OwnedFd, writable: bool) -> Result<Mapping, SemError> {
-        let (_, _, len) = identity(&fd)?;
+        let (_, _, len) = identity(fd.as_fd())?;
         if len < Layout::new(1).bytes() {
             return Err(SemError::Invalid);
         }
@@ -142,6 +147,7 @@ impl Mapping {
     }
 
     fn map(fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SemError> {
+        let (dev, ino, _) = identity(fd.as_fd())?;
         let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
         // SAFETY: a fresh mapping of a regular file; nothing else is at the
         // address the kernel picks.
@@ -165,7 +171,8 @@ impl Mapping {
             writable: AtomicBool::new(writable),
             tried_gen: AtomicU64::new(u64::MAX),
             layout: Layout::new(1),
-            fd,
+            fd: AtomicI32::new(fd.into_raw_fd()),
+            file: (dev, ino),
             lockers_here: AtomicU32::new(0),
             claiming: ClaimLock(AtomicI32::new(0)),
             counters: Counters::default(),
@@ -253,7 +260,7 @@ impl Mapping {
         };
         // The same file (not one a later set put under the same name), and
         // as long as the mapping.
-        match (identity(&fd), identity(&self.fd)) {
+        match (identity(fd.as_fd()), identity(self.fd())) {
             (Ok((dev, ino, len)), Ok((old_dev, old_ino, _)))
                 if (dev, ino) == (old_dev, old_ino) && len >= self.words * 4 => {}
             _ => return false,
@@ -283,7 +290,7 @@ impl Mapping {
                     self.words * 4,
                     libc::PROT_READ,
                     libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
-                    self.fd.as_raw_fd(),
+                    self.fd().as_raw_fd(),
                     0,
                 )
             };
@@ -297,7 +304,7 @@ impl Mapping {
         }
         // SAFETY: both descriptors are ours; `self.fd`'s number now names
         // the read-write file description, close-on-exec as before.
-        if unsafe { libc::dup3(fd.as_raw_fd(), self.fd.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
+        if unsafe { libc::dup3(fd.as_raw_fd(), self.fd().as_raw_fd(), libc::O_CLOEXEC) } < 0 {
             // Still read-write through the mapping; the descriptor, used
             // for byte-range locks that need write access, is not: stay
             // read-only for the calls, which is what the process had.
@@ -311,10 +318,53 @@ impl Mapping {
     pub(super) fn nsems(&self) -> usize {
         self.layout.nsems
     }
+
+    /// The set file's descriptor.
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the mapping owns the descriptor until it drops (or, once
+        // the program closed it, holds a number nobody may close under it).
+        unsafe { BorrowedFd::borrow_raw(self.fd.load(Ordering::Relaxed)) }
+    }
+
+    /// Whether the descriptor still names the set's file.
+    fn fd_names_the_file(&self) -> bool {
+        matches!(identity(self.fd()), Ok((dev, ino, _)) if (dev, ino) == self.file)
+    }
+
+    /// Makes sure the descriptor still names set `id`'s file, before this
+    /// process claims its slot, whose liveness lock lives on it. A program
+    /// may have closed it: a fork child closing every descriptor it
+    /// inherited, as some daemons do. The file is then opened again under a
+    /// new number, and the old number, which may name a file of the
+    /// program's by now, is forgotten, not closed. (A descriptor closed
+    /// after the claim has released the process's liveness lock already, and
+    /// the other processes take it for dead: nothing here can undo that.)
+    /// `EIDRM` when the file is gone; the caller holds [`claiming`].
+    ///
+    /// [`claiming`]: Self::claiming
+    pub(super) fn reopen_if_closed(&self, id: i32) -> Result<(), SemError> {
+        if self.fd_names_the_file() {
+            return Ok(());
+        }
+        let flags = if self.writable() {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
+        let path = super::dir::cstr(&super::dir::set_path(&super::dir::sem_dir(), id))?;
+        let fd = super::dir::open_descriptor(&path, flags | libc::O_NOFOLLOW, 0)
+            .map_err(|_| SemError::Removed)?;
+        match identity(fd.as_fd()) {
+            Ok((dev, ino, _)) if (dev, ino) == self.file => {}
+            _ => return Err(SemError::Removed),
+        }
+        self.fd.store(fd.into_raw_fd(), Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// `(device, inode, size)` of an open file.
-pub(super) fn identity(fd: &OwnedFd) -> Result<(u64, u64, usize), SemError> {
+pub(super) fn identity(fd: BorrowedFd<'_>) -> Result<(u64, u64, usize), SemError> {
     // SAFETY: plain old data; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and a valid out-pointer.
@@ -335,5 +385,11 @@ impl Drop for Mapping {
         // SAFETY: unmapping exactly what `new` mapped; no reference into it
         // outlives `self`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.words * 4) };
+        // A number the program closed may name a file of its own now.
+        if self.fd_names_the_file() {
+            let fd: RawFd = self.fd.load(Ordering::Relaxed);
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(fd) };
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! [`SharedSemSet`]: a set in a shared file, opened by key like `semget`,
 //! with the `semop` and `semctl` calls of [`SemSet`](crate::sem::SemSet).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -500,7 +500,7 @@ impl SharedSemSet {
             Some(map) => map,
             None => {
                 let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
-                let (dev, ino, _) = identity(&fd)?;
+                let (dev, ino, _) = identity(fd.as_fd())?;
                 reg.insert(dev, ino, Mapping::new(fd, writable)?)
             }
         };
@@ -635,6 +635,7 @@ impl SharedSemSet {
                 // sleepers; no thread of this process sleeps in the set
                 // before it has a slot.
                 self.map.watch.reset();
+                self.map.reopen_if_closed(self.id)?;
                 let turn = ClaimLock::take(&self.map)?;
                 let me = registry().claim(&self.map, &turn)?;
                 drop(turn);
@@ -1386,7 +1387,7 @@ impl SharedSemSet {
         // (`Mapping::reopen_writable`): a handle that sees the generation
         // move finds the file's new mode. Under the lock, so two `IPC_SET`s
         // leave the file and the header agreeing.
-        let fd = self.map.fd.as_raw_fd();
+        let fd = self.map.fd().as_raw_fd();
         // SAFETY: plain system calls on our descriptor.
         unsafe {
             libc::fchmod(fd, dir::file_mode(mode));
@@ -1475,7 +1476,7 @@ fn stat_of(map: &Mapping) -> Result<SharedSemStat, SemError> {
 /// anyway.
 fn unlink_removed(map: &Mapping, path: &std::path::Path) {
     use std::os::unix::fs::MetadataExt;
-    let Ok((dev, ino, _)) = identity(&map.fd) else {
+    let Ok((dev, ino, _)) = identity(map.fd()) else {
         return;
     };
     if std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino)) {
@@ -1512,7 +1513,7 @@ fn create(
             return Err(os_error(e));
         }
     }
-    let (dev, ino, _) = identity(&map.fd)?;
+    let (dev, ino, _) = identity(map.fd())?;
     let map = registry().insert(dev, ino, map);
     SharedSemSet::from_map(map, id)
 }
