@@ -17,7 +17,9 @@
  *  05  an owner the set's file does not name: a non-root creator gives its
  *      set to nobody, which the kernel then treats as the owner (the
  *      shared sets cannot: only CAP_CHOWN changes a file's owner); the
- *      creator still removes it
+ *      creator still removes it; given a 0666 set, the new owner removes it
+ *      (on the shared sets too, though it may not unlink the set's file:
+ *      the creator's next semget of the key tidies the folder)
  *  06  root without CAP_IPC_OWNER and CAP_SYS_ADMIN in its effective set:
  *      the kernel asks for the capabilities, not for user id 0, so its
  *      own mode-0 set refuses it reads and writes (SEM_STAT_ANY, which
@@ -208,7 +210,7 @@ static void refused(const char *tag, int id)
 #undef CALL
 }
 
-static key_t g_key, g_owners_key, g_given_key, g_caps_key;
+static key_t g_key, g_owners_key, g_given_key, g_open_key, g_caps_key;
 
 static void nobody_and_a_closed_set(struct peer *p)
 {
@@ -377,6 +379,30 @@ static void the_creator_removes_it(struct peer *p)
     expect_ok("05 IPC_RMID by the creator", semctl(semget(g_given_key, 0, 0), 0, IPC_RMID));
 }
 
+static void a_creator_gives_an_open_set_away(struct peer *p)
+{
+    (void)p;
+    int id = semget(g_open_key, 1, IPC_CREAT | IPC_EXCL | 0666);
+    expect_ok("05 semget of a 0666 set by the creator", id);
+    expect_ok("05 IPC_SET uid nobody of the 0666 set", set_perm(id, NOBODY_UID, NOBODY_GID, 0666));
+}
+
+static void the_new_owner_removes_it(struct peer *p)
+{
+    (void)p;
+    int id = semget(g_open_key, 0, 0);
+    expect_ok("05 IPC_RMID of the 0666 set by its new owner", semctl(id, 0, IPC_RMID));
+}
+
+static void the_creator_looks_again(struct peer *p)
+{
+    (void)p;
+    int id = semget(g_open_key, 0, 0);
+    expect_ok("05 semget of the 0666 set by the creator after that", id);
+    expect_ok("05 semop +1 on it", op(id, 0, 1, IPC_NOWAIT));
+    expect_ok("05 IPC_RMID of it by the creator", semctl(id, 0, IPC_RMID));
+}
+
 static void perm05(void)
 {
     struct peer p;
@@ -385,6 +411,15 @@ static void perm05(void)
     start(&p, NOBODY_UID, NOBODY_GID, the_new_owner);
     finish(&p);
     start(&p, OTHER_UID, OTHER_GID, the_creator_removes_it);
+    finish(&p);
+    /* The same with a mode that lets the new owner write the set's file,
+     * but not unlink it (the sets' folder is sticky, the file the
+     * creator's): the set is removed all the same. */
+    start(&p, OTHER_UID, OTHER_GID, a_creator_gives_an_open_set_away);
+    finish(&p);
+    start(&p, NOBODY_UID, NOBODY_GID, the_new_owner_removes_it);
+    finish(&p);
+    start(&p, OTHER_UID, OTHER_GID, the_creator_looks_again);
     finish(&p);
 }
 
@@ -549,6 +584,7 @@ int main(void)
     g_owners_key = private_key(2);
     g_given_key = private_key(3);
     g_caps_key = private_key(4);
+    g_open_key = private_key(5);
     perm01();
     perm02();
     perm03();

@@ -1429,9 +1429,17 @@ impl SharedSemSet {
             .fetch_or(REMOVED, Ordering::AcqRel);
         held.fail_all()?;
         drop(held);
+        // The set is removed for every process. Unlinking its key's link
+        // and its file only tidies the folder, where only their owner (or
+        // `CAP_FOWNER`) may, the folder being sticky: a remover the kernel
+        // allows but the folder does not (an owner named by an `IPC_SET`
+        // without `CAP_CHOWN`, a process with `CAP_SYS_ADMIN` alone) leaves
+        // them to the owner's next look at the key or the id (`get`,
+        // `open_id`), and succeeds, as on the kernel.
         let dir = dir::sem_dir();
         dir::unbind_key(&dir, self.key(), self.id);
-        dir::unlink(&dir::set_path(&dir, self.id))
+        let _ = dir::unlink(&dir::set_path(&dir, self.id));
+        Ok(())
     }
 }
 
