@@ -4,8 +4,9 @@
  * kernel's sets take no descriptor, so their calls go on working. The
  * library's handle on the set keeps a descriptor whose byte-range locks say
  * a process is alive; the child must not take its locks on whatever file the
- * number names by then (here /dev/null), or the parent would take it for
- * dead and give back its undo while it lives. */
+ * number names by then (here /dev/null, open for reading and writing as a
+ * daemon's would be), or the parent would take it for dead and give back
+ * its undo while it lives. */
 #include "common.h"
 #include <fcntl.h>
 
@@ -30,7 +31,7 @@ int main(void)
                 close(fd);
         /* The lowest numbers, the library's among them, now name /dev/null. */
         for (int i = 0; i < 16; i++)
-            open("/dev/null", O_RDONLY);
+            open("/dev/null", O_RDWR);
         struct sembuf hold = { 0, 1, SEM_UNDO };
         char ok = semop(id, &hold, 1) == 0 ? 'y' : 'n';
         if (write(to_parent[1], &ok, 1) != 1)
@@ -47,9 +48,8 @@ int main(void)
         ok = 'n';
     printf("02 child's semop +1 with SEM_UNDO, after closing its descriptors: %s\n",
            ok == 'y' ? "ok" : "failed");
-    /* Time for anything that would take the live child for dead. */
-    struct timespec pause_for = { 0, 300 * 1000 * 1000 };
-    nanosleep(&pause_for, NULL);
+    /* A control call looks for dead processes first: were the child taken
+     * for dead, its unit would be given back here. */
     show("03 value while the child lives", semctl(id, 0, GETVAL));
     if (write(to_child[1], "x", 1) != 1)
         die("write");

@@ -14,7 +14,7 @@
 //! the same key, exactly one wins, and the other opens the winner's set.
 
 use std::ffi::{CStr, CString, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
@@ -162,39 +162,46 @@ pub(super) fn duplicate(fd: &OwnedFd) -> Result<OwnedFd, i32> {
 /// The descriptor `make` returns (or the errno it leaves).
 ///
 /// A process out of descriptors (`EMFILE`) raises its soft `RLIMIT_NOFILE`
-/// to the hard limit and makes it once more. Every set a process has used
-/// keeps a descriptor open until it exits (its byte-range locks, which say
-/// it is alive, live on it), where the kernel's sets take none: without
-/// this, a program that uses more sets than the usual soft limit of 1024
-/// would fail where it works on the kernel. The raised limit stays, and
-/// programs it executes inherit it, as they would had it raised the limit
-/// itself.
+/// ([`raise_descriptor_limit`]) and makes it once more. Every set a process
+/// has used keeps a descriptor open until it exits (its byte-range locks,
+/// which say it is alive, live on it), where the kernel's sets take none:
+/// without this, a program that uses more sets than the usual soft limit
+/// of 1024 would fail where it works on the kernel. The raised limit stays,
+/// and programs it executes inherit it, as they would had it raised the
+/// limit itself. It tries again whether or not this thread raised the
+/// limit: another thread may have, between this one's failure and its look.
 fn new_descriptor(make: impl Fn() -> libc::c_int) -> Result<OwnedFd, i32> {
     let try_once = || match make() {
         fd if fd >= 0 => Ok(fd),
         _ => Err(errno()),
     };
     let fd = match try_once() {
-        Err(libc::EMFILE) if raise_descriptor_limit() => try_once(),
+        Err(libc::EMFILE) => {
+            raise_descriptor_limit();
+            try_once()
+        }
         done => done,
     }?;
     // SAFETY: a descriptor just made, which nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; whether it rose.
-fn raise_descriptor_limit() -> bool {
+/// Doubles the soft `RLIMIT_NOFILE`, up to the hard limit: in steps, not
+/// at once to a hard limit that may be a million, which the programs this
+/// one executes would inherit (a loop closing every descriptor up to the
+/// limit, a table sized by it).
+fn raise_descriptor_limit() {
     // SAFETY: plain old data, filled by getrlimit.
     let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
         || limit.rlim_cur >= limit.rlim_max
     {
-        return false;
+        return;
     }
-    limit.rlim_cur = limit.rlim_max;
+    limit.rlim_cur = limit.rlim_cur.saturating_mul(2).max(64).min(limit.rlim_max);
     // SAFETY: a valid pointer to the limit to set.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
 }
 
 /// What the attributes of set `id`'s file say, read without opening it
@@ -253,10 +260,10 @@ pub(super) fn unbind_key(dir: &Path, key: i32, id: i32) {
 
 /// The layout version in the head of a set file open as `fd`: the magic
 /// and the version are the first two words of every version's file.
-pub(super) fn read_layout_version(fd: BorrowedFd<'_>) -> Result<u32, SemError> {
+pub(super) fn read_layout_version(fd: RawFd) -> Result<u32, SemError> {
     let mut head = [0u8; 8];
     // SAFETY: reads at most 8 bytes into `head`, from a live descriptor.
-    let got = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), 8, 0) };
+    let got = unsafe { libc::pread(fd, head.as_mut_ptr().cast(), 8, 0) };
     if got != 8 {
         return Err(SemError::Invalid);
     }

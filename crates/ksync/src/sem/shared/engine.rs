@@ -1130,7 +1130,6 @@ mod tests {
     use super::frozen_clock::{self, Frozen};
     use super::*;
     use crate::sem::{IPC_NOWAIT, SEM_UNDO};
-    use std::os::fd::AsRawFd;
     use std::time::Duration;
 
     /// A `fork` child of the test process, killed (`SIGKILL`) and waited
@@ -1464,7 +1463,7 @@ mod tests {
         sleeper.kill();
         // A new process takes the dead slot's liveness byte, as the first
         // step of `Registry::claim`, and has yet to store the new GEN.
-        let fd = set.map.fd().as_raw_fd();
+        let fd = set.map.fd();
         let _claimer = Child::fork(
             move || {
                 // SAFETY: plain old data, then a valid flock on our descriptor.
@@ -1584,7 +1583,7 @@ mod tests {
     #[test]
     fn a_stopped_claimer_holds_up_only_its_own_sets_claims() {
         let x = Scratch::new(1);
-        let fd = x.0.map.fd().as_raw_fd();
+        let fd = x.0.map.fd();
         let holder = Child::fork(
             move || {
                 // SAFETY: plain old data, then a valid flock on the

@@ -2,7 +2,7 @@
 //! words, and the checks that make a file safe to use before anything in it
 //! is trusted.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 use super::layout::{header, sem_word, Layout, MAGIC, VERSION};
@@ -26,11 +26,13 @@ pub(super) struct Mapping {
     /// `IPC_SET`, not one per call.
     tried_gen: AtomicU64,
     pub(super) layout: Layout,
-    /// The file's descriptor ([`fd`](Self::fd)), owned: closed on drop.
-    /// Kept open for the life of the process once its liveness lock is taken
-    /// (`procs.rs`); see [`super::procs::Registry`]. A number, not an
-    /// `OwnedFd`, so that [`reopen_if_closed`](Self::reopen_if_closed) can
-    /// replace one the program closed.
+    /// The number of the file's descriptor ([`fd`](Self::fd)), which the
+    /// mapping opened and closes on drop, unless the program closed it
+    /// meanwhile (then the number may name a file of the program's, and is
+    /// left alone). Kept open for the life of the process once its liveness
+    /// lock is taken (`procs.rs`); see [`super::procs::Registry`]. A number,
+    /// not an `OwnedFd`, so that [`reopen_if_closed`](Self::reopen_if_closed)
+    /// can replace one the program closed.
     fd: AtomicI32,
     /// The file's device and inode, which the descriptor must keep naming.
     file: (u64, u64),
@@ -105,7 +107,7 @@ impl Mapping {
     /// long enough for the layout that size implies. A file that fails any
     /// check is not a set (`EINVAL`).
     pub(super) fn new(fd: OwnedFd, writable: bool) -> Result<Mapping, SemError> {
-        let (_, _, len) = identity(fd.as_fd())?;
+        let (_, _, len) = identity(fd.as_raw_fd())?;
         if len < Layout::new(1).bytes() {
             return Err(SemError::Invalid);
         }
@@ -147,7 +149,7 @@ impl Mapping {
     }
 
     fn map(fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SemError> {
-        let (dev, ino, _) = identity(fd.as_fd())?;
+        let (dev, ino, _) = identity(fd.as_raw_fd())?;
         let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
         // SAFETY: a fresh mapping of a regular file; nothing else is at the
         // address the kernel picks.
@@ -260,9 +262,8 @@ impl Mapping {
         };
         // The same file (not one a later set put under the same name), and
         // as long as the mapping.
-        match (identity(fd.as_fd()), identity(self.fd())) {
-            (Ok((dev, ino, len)), Ok((old_dev, old_ino, _)))
-                if (dev, ino) == (old_dev, old_ino) && len >= self.words * 4 => {}
+        match identity(fd.as_raw_fd()) {
+            Ok((dev, ino, len)) if (dev, ino) == self.file && len >= self.words * 4 => {}
             _ => return false,
         }
         // SAFETY: replaces exactly this mapping's pages with a shared
@@ -290,7 +291,7 @@ impl Mapping {
                     self.words * 4,
                     libc::PROT_READ,
                     libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
-                    self.fd().as_raw_fd(),
+                    fd.as_raw_fd(),
                     0,
                 )
             };
@@ -302,15 +303,23 @@ impl Mapping {
             }
             return false;
         }
-        // SAFETY: both descriptors are ours; `self.fd`'s number now names
-        // the read-write file description, close-on-exec as before.
-        if unsafe { libc::dup3(fd.as_raw_fd(), self.fd().as_raw_fd(), libc::O_CLOEXEC) } < 0 {
-            // Still read-write through the mapping; the descriptor, used
-            // for byte-range locks that need write access, is not: stay
-            // read-only for the calls, which is what the process had.
-            return false;
+        if self.fd_names_the_file() {
+            // SAFETY: both descriptors are ours; `self.fd`'s number now
+            // names the read-write file description, close-on-exec as
+            // before.
+            if unsafe { libc::dup3(fd.as_raw_fd(), self.fd(), libc::O_CLOEXEC) } < 0 {
+                // Still read-write through the mapping; the descriptor,
+                // used for byte-range locks that need write access, is not:
+                // stay read-only for the calls, which is what the process
+                // had.
+                return false;
+            }
+            drop(fd);
+        } else {
+            // The program closed ours (`reopen_if_closed`): this one takes
+            // its place, and the old number is left to the program.
+            self.fd.store(fd.into_raw_fd(), Ordering::Relaxed);
         }
-        drop(fd);
         self.writable.store(true, Ordering::Release);
         true
     }
@@ -319,11 +328,15 @@ impl Mapping {
         self.layout.nsems
     }
 
-    /// The set file's descriptor.
-    pub(super) fn fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the mapping owns the descriptor until it drops (or, once
-        // the program closed it, holds a number nobody may close under it).
-        unsafe { BorrowedFd::borrow_raw(self.fd.load(Ordering::Relaxed)) }
+    /// The set file's descriptor: a number that names the file unless the
+    /// program closed it since it was last checked (`reopen_if_closed`).
+    pub(super) fn fd(&self) -> RawFd {
+        self.fd.load(Ordering::Relaxed)
+    }
+
+    /// The set file's device and inode.
+    pub(super) fn file(&self) -> (u64, u64) {
+        self.file
     }
 
     /// Whether the descriptor still names the set's file.
@@ -339,7 +352,8 @@ impl Mapping {
     /// program's by now, is forgotten, not closed. (A descriptor closed
     /// after the claim has released the process's liveness lock already, and
     /// the other processes take it for dead: nothing here can undo that.)
-    /// `EIDRM` when the file is gone; the caller holds [`claiming`].
+    /// `EIDRM` when the file is gone (or another file has its name);
+    /// the caller holds [`claiming`], as every writer of the number does.
     ///
     /// [`claiming`]: Self::claiming
     pub(super) fn reopen_if_closed(&self, id: i32) -> Result<(), SemError> {
@@ -352,9 +366,14 @@ impl Mapping {
             libc::O_RDONLY
         };
         let path = super::dir::cstr(&super::dir::set_path(&super::dir::sem_dir(), id))?;
-        let fd = super::dir::open_descriptor(&path, flags | libc::O_NOFOLLOW, 0)
-            .map_err(|_| SemError::Removed)?;
-        match identity(fd.as_fd()) {
+        let fd = super::dir::open_descriptor(&path, flags | libc::O_NOFOLLOW, 0).map_err(|e| {
+            if e == libc::ENOENT {
+                SemError::Removed
+            } else {
+                super::dir::os_error(e)
+            }
+        })?;
+        match identity(fd.as_raw_fd()) {
             Ok((dev, ino, _)) if (dev, ino) == self.file => {}
             _ => return Err(SemError::Removed),
         }
@@ -363,12 +382,12 @@ impl Mapping {
     }
 }
 
-/// `(device, inode, size)` of an open file.
-pub(super) fn identity(fd: BorrowedFd<'_>) -> Result<(u64, u64, usize), SemError> {
+/// `(device, inode, size)` of the regular file descriptor `fd` names.
+pub(super) fn identity(fd: RawFd) -> Result<(u64, u64, usize), SemError> {
     // SAFETY: plain old data; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and a valid out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(SemError::Invalid);
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -387,9 +406,8 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.words * 4) };
         // A number the program closed may name a file of its own now.
         if self.fd_names_the_file() {
-            let fd: RawFd = self.fd.load(Ordering::Relaxed);
             // SAFETY: our own descriptor, closed once.
-            unsafe { libc::close(fd) };
+            unsafe { libc::close(self.fd()) };
         }
     }
 }

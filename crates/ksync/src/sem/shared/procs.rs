@@ -19,7 +19,6 @@
 //!   test its own slot, and the threads of one process take and test slot
 //!   locks one at a time (the registry's mutex).
 
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::layout::{owner_word, proc_slot, GEN_MASK, NPROC, SLOT_LIVE};
@@ -282,7 +281,7 @@ pub(super) fn incarnation_alive(map: &Mapping, slot: usize, gen: u32) -> bool {
 pub(super) fn is_alive(map: &Mapping, slot: usize) -> bool {
     let mut fl = flock(LIVENESS_BASE + slot as i64, libc::F_WRLCK);
     // SAFETY: a valid descriptor and a valid flock.
-    let rc = unsafe { libc::fcntl(map.fd().as_raw_fd(), libc::F_GETLK, &mut fl) };
+    let rc = unsafe { libc::fcntl(map.fd(), libc::F_GETLK, &mut fl) };
     // If the test itself fails, assume alive: waiting longer is safe,
     // taking over a live holder's lock is not.
     rc != 0 || fl.l_type == libc::F_WRLCK as libc::c_short
@@ -312,7 +311,7 @@ impl<'a> ClaimLock<'a> {
             let rc = unsafe {
                 libc::syscall(
                     libc::SYS_fcntl,
-                    map.fd().as_raw_fd(),
+                    map.fd(),
                     libc::F_SETLKW,
                     &fl as *const libc::flock,
                 )
@@ -333,7 +332,7 @@ impl Drop for ClaimLock<'_> {
     fn drop(&mut self) {
         let fl = flock(CLAIM_BYTE, libc::F_UNLCK);
         // SAFETY: a valid descriptor and a valid flock.
-        unsafe { libc::fcntl(self.0.fd().as_raw_fd(), libc::F_SETLK, &fl) };
+        unsafe { libc::fcntl(self.0.fd(), libc::F_SETLK, &fl) };
     }
 }
 
@@ -352,7 +351,7 @@ fn flock(byte: i64, kind: i32) -> libc::flock {
 fn lock_byte(map: &Mapping, slot: usize, kind: i32) -> Result<bool, SemError> {
     let fl = flock(LIVENESS_BASE + slot as i64, kind);
     // SAFETY: a valid descriptor and a valid flock.
-    let rc = unsafe { libc::fcntl(map.fd().as_raw_fd(), libc::F_SETLK, &fl) };
+    let rc = unsafe { libc::fcntl(map.fd(), libc::F_SETLK, &fl) };
     if rc == 0 {
         return Ok(true);
     }

@@ -1,7 +1,7 @@
 //! [`SharedSemSet`]: a set in a shared file, opened by key like `semget`,
 //! with the `semop` and `semctl` calls of [`SemSet`](crate::sem::SemSet).
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -500,7 +500,7 @@ impl SharedSemSet {
             Some(map) => map,
             None => {
                 let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
-                let (dev, ino, _) = identity(fd.as_fd())?;
+                let (dev, ino, _) = identity(fd.as_raw_fd())?;
                 reg.insert(dev, ino, Mapping::new(fd, writable)?)
             }
         };
@@ -1216,7 +1216,12 @@ impl SharedSemSet {
             // cannot reap: it leaves the dead's sleepers out itself. A walk
             // that meets a queue being changed under it (a link or a
             // sleeper's operations half written) looks again; one that
-            // keeps failing is a file that fails the checks.
+            // keeps failing is a file that fails the checks. Its liveness
+            // probes need the file's descriptor.
+            {
+                let _one = self.map.claiming.lock();
+                self.map.reopen_if_closed(self.id)?;
+            }
             let mut result = count_live_sleepers_in(&self.map, num, zero);
             for _ in 0..UNLOCKED_WALKS {
                 if result.is_ok() {
@@ -1387,7 +1392,7 @@ impl SharedSemSet {
         // (`Mapping::reopen_writable`): a handle that sees the generation
         // move finds the file's new mode. Under the lock, so two `IPC_SET`s
         // leave the file and the header agreeing.
-        let fd = self.map.fd().as_raw_fd();
+        let fd = self.map.fd();
         // SAFETY: plain system calls on our descriptor.
         unsafe {
             libc::fchmod(fd, dir::file_mode(mode));
@@ -1484,9 +1489,7 @@ fn stat_of(map: &Mapping) -> Result<SharedSemStat, SemError> {
 /// anyway.
 fn unlink_removed(map: &Mapping, path: &std::path::Path) {
     use std::os::unix::fs::MetadataExt;
-    let Ok((dev, ino, _)) = identity(map.fd()) else {
-        return;
-    };
+    let (dev, ino) = map.file();
     if std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino)) {
         let _ = dir::unlink(path);
     }
@@ -1521,7 +1524,7 @@ fn create(
             return Err(os_error(e));
         }
     }
-    let (dev, ino, _) = identity(map.fd())?;
+    let (dev, ino) = map.file();
     let map = registry().insert(dev, ino, map);
     SharedSemSet::from_map(map, id)
 }

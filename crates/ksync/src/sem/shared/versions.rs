@@ -7,7 +7,7 @@
 //! and the other processes would then take it for dead. So a file this
 //! process has open is read through the descriptor it keeps.
 
-use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
 use super::dir::{self, open_file, read_layout_version, sem_dir, set_path, unlink};
@@ -30,11 +30,17 @@ pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
     let reg = registry();
     if let Ok(meta) = std::fs::metadata(&path) {
         if let Some(map) = reg.find(meta.dev(), meta.ino()) {
-            return read_layout_version(map.fd());
+            // Read through the mapping: its descriptor may be one the
+            // program closed (`Mapping::reopen_if_closed`).
+            use super::layout::{header, MAGIC};
+            if map.load(header::MAGIC) != MAGIC {
+                return Err(SemError::Invalid);
+            }
+            return Ok(map.load(header::VERSION));
         }
     }
     let (fd, _) = open_file(&dir, id)?.ok_or(SemError::NotFound)?;
-    let version = read_layout_version(fd.as_fd());
+    let version = read_layout_version(fd.as_raw_fd());
     drop(fd);
     drop(reg);
     version
