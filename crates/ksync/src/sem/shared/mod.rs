@@ -127,9 +127,9 @@
 //! * At most [`NPROC`] processes (128) may hold a slot in one set
 //!   and [`NSLEEP`] threads (1024) sleep in it at once: `ENOSPC`.
 //! * Every set a process has used holds one of its descriptors until it
-//!   exits. Out of descriptors, the process raises its soft
-//!   `RLIMIT_NOFILE` to the hard limit and goes on (`dir.rs`); past the
-//!   hard limit, `ENOSPC`.
+//!   exits. Out of descriptors, the process doubles its soft
+//!   `RLIMIT_NOFILE`, up to the hard limit, and goes on (`dir.rs`); past
+//!   the hard limit, `ENOSPC`.
 //! * A file truncated by a process with write access while others have it
 //!   mapped would make their next access fault (`SIGBUS`); a handler
 //!   (`sigbus.rs`) turns that into `EINVAL` for every later call on the set
