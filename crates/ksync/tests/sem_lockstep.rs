@@ -78,6 +78,9 @@ enum Step {
     UndoDrop(usize),
     /// A blocking call in a process of its own (process-shared scripts).
     ProcBlock(Vec<SemBuf>),
+    /// Nothing for a while: time for whatever a set does on its own (a
+    /// process-shared set's periodic sweep). Not in random scripts.
+    Idle,
     /// The process of process worker `n % live` is killed, whether its call
     /// returned or sleeps: its sleeper leaves the queue and its
     /// adjustments are applied.
@@ -196,11 +199,10 @@ trait Side: Sems + Send + Sync + Sized {
 /// Where a worker's result lands.
 type Outcome = Arc<Mutex<Option<KResult<()>>>>;
 
-/// A process whose one blocking call is a worker's.
+/// A process whose one blocking call is a worker's; dropping it kills the
+/// process and reaps it (also when a failed case unwinds).
 trait ProcWorker: Send {
     fn pid(&self) -> i32;
-    /// Kills the process and reaps it.
-    fn kill(self);
 }
 
 /// `SemSet`'s scripts have no process workers.
@@ -209,9 +211,6 @@ enum NoProc {}
 impl ProcWorker for NoProc {
     fn pid(&self) -> i32 {
         match *self {}
-    }
-    fn kill(self) {
-        match self {}
     }
 }
 
@@ -357,9 +356,12 @@ impl ProcWorker for SharedProc {
     fn pid(&self) -> i32 {
         self.child.id() as i32
     }
-    fn kill(mut self) {
-        self.child.kill().expect("kill a process worker");
-        self.child.wait().expect("wait for a process worker");
+}
+
+impl Drop for SharedProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -483,13 +485,40 @@ impl ProcWorker for KernelProc {
     fn pid(&self) -> i32 {
         self.pid
     }
-    fn kill(self) {
+}
+
+impl Drop for KernelProc {
+    fn drop(&mut self) {
         // SAFETY: plain system calls on our own child.
         unsafe {
             libc::kill(self.pid, libc::SIGKILL);
             libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
     }
+}
+
+/// Whether this process may read where its children's threads are
+/// (`/proc/PID/task/TID/syscall` needs the right to trace them, which a
+/// Yama `ptrace_scope` of 2 or 3 withholds).
+fn children_are_observable() -> bool {
+    let _g = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the child only calls pause and _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        loop {
+            // SAFETY: no preconditions.
+            unsafe { libc::pause() };
+        }
+    }
+    let start = Instant::now();
+    let mut seen = false;
+    while !seen && start.elapsed() < Duration::from_secs(2) {
+        seen = thread_state(pid, pid).is_some_and(|(_, nr)| nr.is_some());
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(KernelProc { pid });
+    seen
 }
 
 /// What a side looks like after a step.
@@ -561,7 +590,7 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
             return;
         }
         let (worker, proc) = self.procs.remove(which % self.procs.len());
-        proc.kill();
+        drop(proc);
         let mut result = self.workers[worker].result.lock().unwrap();
         if result.is_none() {
             *result = Some(Err(KILLED));
@@ -656,6 +685,10 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
                 self.spawn_proc(sops.clone());
                 None
             }
+            Step::Idle => {
+                thread::sleep(Duration::from_millis(300));
+                None
+            }
             Step::Kill(which) => {
                 self.kill_proc(*which);
                 None
@@ -694,9 +727,7 @@ impl<'s, 'e, S: Side> Run<'s, 'e, S> {
         for owner in self.owners.drain(..) {
             S::drop_owner(owner);
         }
-        for (_, proc) in self.procs.drain(..) {
-            proc.kill();
-        }
+        self.procs.clear();
         let mut seen = self.observe(Some(r));
         // After removal the two sides report different errnos for every
         // later call (EIDRM against EINVAL): compare only what returned.
@@ -798,6 +829,41 @@ fn a_skipped_sleeper_is_counted_where_it_blocks_after_a_completion() {
     run_script(SharedSet::create(2), 2, &steps).unwrap();
 }
 
+/// The divergence the process workers found first: a process's exit
+/// rescans the queue (and may fail a sleeper whose `IPC_NOWAIT` operation
+/// now would block) only if the process had made a `SEM_UNDO` call on the
+/// set, as the kernel's `exit_sem` goes only through the sets it holds a
+/// `sem_undo` for; with one, even a call that adjusted nothing, it does.
+/// And the shared set's periodic sweep, a scan no change caused, fails no
+/// sleeper.
+#[test]
+fn a_process_exit_rescans_only_with_an_undo_structure() {
+    if !sysv_available("a_process_exit_rescans_only_with_an_undo_structure")
+        || !children_are_observable()
+    {
+        return;
+    }
+    let _dog = Watchdog::arm("lockstep: exits and rescans", Duration::from_secs(120));
+    ksync::sem::set_sleeper_spin(0);
+    for flags in [NW, NW | U] {
+        let steps = [
+            // A sleeper waiting for 1 to be zero, whose IPC_NOWAIT
+            // operation on 2 passes now and would fail once 2 is raised.
+            Step::Op(vec![sb(1, 1, 0)]),
+            Step::Block(vec![sb(2, 0, NW), sb(1, 0, 0)]),
+            // A process whose call fails at once, with or without SEM_UNDO.
+            Step::ProcBlock(vec![sb(1, 0, flags)]),
+            // Raising 2 rescans nothing the sleeper is queued on, and
+            // neither does the shared set's sweep, which runs meanwhile.
+            Step::Op(vec![sb(2, 1, 0)]),
+            Step::Idle,
+            // The kernel rescans at this exit only with SEM_UNDO.
+            Step::Kill(0),
+        ];
+        run_script(SharedSet::create(3), 3, &steps).unwrap();
+    }
+}
+
 #[test]
 fn blocking_scripts_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_run_in_lockstep_with_the_kernel") {
@@ -813,7 +879,18 @@ fn blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel() {
     if !sysv_available("blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel") {
         return;
     }
-    run_scripts("lockstep scripts, shared", true, SharedSet::create);
+    let processes = children_are_observable();
+    if !processes {
+        let bang = "!".repeat(72);
+        eprintln!(
+            "\n{bang}\n!!! PARTLY SKIPPED sem_lockstep::\
+             blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel:\n\
+             !!! this process may not read where its children's threads are\n\
+             !!! (/proc/PID/task/TID/syscall; Yama ptrace_scope?): the scripts run\n\
+             !!! without sleepers in processes of their own.\n{bang}"
+        );
+    }
+    run_scripts("lockstep scripts, shared", processes, SharedSet::create);
 }
 
 /// `PROPTEST_CASES` scripts on sets `new` makes, shrinking the first failure.

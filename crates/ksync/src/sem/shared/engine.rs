@@ -23,7 +23,7 @@ use crate::futex::wake_shared;
 use crate::futex_batch::sleeper_cpu;
 use crate::sem::counters::Counters;
 use crate::sem::stamp::{current_pid, now_secs};
-use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX};
+use crate::sem::{SemBuf, SemError, SEMOPM, SEMVMX, SEM_UNDO};
 use crate::sync::Ordering;
 
 /// The set's lock, held; dropping it publishes the results of the sleepers
@@ -281,6 +281,17 @@ impl<'a> Locked<'a> {
     pub(super) fn perform(&mut self, sops: &[SemBuf]) -> Outcome {
         for sop in sops {
             self.hold_sem(usize::from(sop.num));
+        }
+        // The kernel gives a process its `sem_undo` for the set at its
+        // first SEM_UNDO call, whatever the call's outcome. One store, set
+        // once: a rollback need not take it back (a SEM_UNDO call was made).
+        if sops.iter().any(|s| s.flags & SEM_UNDO != 0) {
+            let undo = self
+                .map
+                .word(self.layout().proc(self.me.slot, proc_slot::UNDO));
+            if undo.load(Ordering::Relaxed) == 0 {
+                undo.store(1, Ordering::Relaxed);
+            }
         }
         let mut eval = std::mem::take(&mut self.eval);
         evaluate_into(self.map, sops, self.me.slot, &mut eval);
@@ -725,18 +736,20 @@ impl<'a> Locked<'a> {
     /// slots that `wanted` names.
     fn reap_where(&mut self, wanted: impl Fn(usize) -> bool) -> bool {
         let map = self.map;
-        let mut found = false;
+        let (mut found, mut had_undo) = (false, false);
         let mut registry = registry();
         for slot in other_live_slots(map, self.me) {
             if !wanted(slot) || !registry.lock_if_dead(map, slot) {
                 continue;
             }
-            self.clear_slot(slot, SLOT_FREE);
+            had_undo |= self.clear_slot(slot, SLOT_FREE);
             registry.unlock_dead(self.map, slot);
             found = true;
         }
         drop(registry);
-        if found {
+        // As the kernel's exit: a process with no `sem_undo` for the set
+        // leaves it untouched, its sleepers gone (which enables nobody).
+        if had_undo {
             self.smart_update(Change::All);
         }
         found
@@ -776,7 +789,7 @@ impl<'a> Locked<'a> {
         // alive, a count here is a wake-up lost (the blocking and liveness
         // tests check it).
         let before = self.woken.len();
-        self.smart_update(Change::All);
+        self.smart_update(Change::Lost);
         let mut swept = self.woken.len() - before;
         let layout = *self.layout();
         // The slots already to be woken, as a bitmap: a search of `woken`
@@ -831,7 +844,11 @@ impl<'a> Locked<'a> {
     /// Takes process slot `slot`'s leftovers (its owner is dead): its
     /// sleepers leave the queue, its adjustments are applied, and the slot
     /// ends in `state` (free, or live for this process adopting it).
-    pub(super) fn clear_slot(&mut self, slot: usize, state: u32) {
+    /// Whether the dead process had made a `SEM_UNDO` call on the set (its
+    /// exit then is an operation, after which the caller completes what
+    /// it enabled, as the kernel's `exit_sem` does).
+    #[must_use]
+    pub(super) fn clear_slot(&mut self, slot: usize, state: u32) -> bool {
         let layout = *self.layout();
         if self.map.load(layout.proc(slot, proc_slot::STATE)) == SLOT_LIVE {
             bump(self.map, header::REAPED, 1);
@@ -847,6 +864,7 @@ impl<'a> Locked<'a> {
             self.hold_sem(num);
         }
         let pid = self.map.load(layout.proc(slot, proc_slot::PID));
+        let had_undo = self.map.load(layout.proc(slot, proc_slot::UNDO)) != 0;
         let mut tx = Tx::begin(self.map);
         for &(num, adj) in &adjs {
             let v = (value(self.map, num) + adj).clamp(0, SEMVMX);
@@ -855,13 +873,16 @@ impl<'a> Locked<'a> {
             tx.write(layout.adj(slot, num), 0);
             self.map.word(layout.pid(num)).store(pid, Ordering::Relaxed);
         }
+        tx.write(layout.proc(slot, proc_slot::UNDO), 0);
         tx.write(layout.proc(slot, proc_slot::STATE), state);
         tx.commit();
         // The kernel's exit_sem stamps the operation time after applying a
-        // dying process's adjustments (do_smart_update with otime set).
-        if !adjs.is_empty() {
+        // dying process's adjustments (do_smart_update with otime set), for
+        // every set it holds a `sem_undo` for, adjustments or none.
+        if had_undo {
             touch_otime(self.map);
         }
+        had_undo
     }
 
     /// Drops queued sleepers whose process no longer holds its slot (its

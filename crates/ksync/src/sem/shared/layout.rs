@@ -101,6 +101,11 @@ pub(super) mod proc_slot {
     /// or a sleeper of an earlier owner is recognised as dead.
     pub(crate) const GEN: usize = 1;
     pub(crate) const PID: usize = 2;
+    /// Nonzero once the process has made a `SEM_UNDO` call on the set: the
+    /// kernel's `sem_undo` for it, whose existence makes the process's exit
+    /// an operation (`exit_sem` stamps the time and rescans the queue even
+    /// when every adjustment is 0).
+    pub(crate) const UNDO: usize = 3;
     /// Adjustments follow: one word per semaphore, `(generation << 16) |
     /// (adjustment as u16)`; an adjustment counts only while its generation
     /// equals the semaphore's current undo generation (`SETVAL` and

@@ -17,6 +17,7 @@ use super::map::{identity, Mapping};
 use super::privilege::{capable, CAP_IPC_OWNER, CAP_SYS_ADMIN};
 use super::procs::{registry, ClaimLock, Me};
 use super::share;
+use super::wake::Change;
 use crate::futex::{wait_shared, wake_shared};
 use crate::sem::counters::Counters;
 use crate::sem::error::check_num;
@@ -639,7 +640,12 @@ impl SharedSemSet {
                 let turn = ClaimLock::take(&self.map)?;
                 let me = registry().claim(&self.map, &turn)?;
                 drop(turn);
-                Locked::enter(&self.map, me)?.clear_slot(me.slot, SLOT_LIVE);
+                // A slot a dead process left: its exit, as `reap` does it.
+                let mut held = Locked::enter(&self.map, me)?;
+                if held.clear_slot(me.slot, SLOT_LIVE) {
+                    held.smart_update(Change::All);
+                }
+                drop(held);
                 registry().publish(&self.map, me);
                 me
             }

@@ -61,9 +61,16 @@ use crate::sem::{SemBuf, SemError};
 pub(super) enum Change<'a> {
     /// A call's operations (`do_smart_update` with its `sops`).
     Ops(&'a [SemBuf]),
-    /// Any semaphore: a SETVAL, a SETALL, a dead process's undo, a sweep
-    /// (`do_smart_update` without `sops`).
+    /// Any semaphore: a SETVAL, a SETALL, a dead process's undo, a lock
+    /// taken over from a dead holder (`do_smart_update` without `sops`).
     All,
+    /// Any semaphore, for what no change explains (the sweep's safety net,
+    /// `Locked::sweep`): completes the sleepers the values let through, and
+    /// fails none. The kernel fails a sleeper (an `IPC_NOWAIT` operation
+    /// that would now block, a range error) only in the scan that follows a
+    /// change, and a scan with no change behind it must not fail one
+    /// earlier than the kernel would.
+    Lost,
 }
 
 /// Which kernel list a queued sleeper is on, from its summary.
@@ -128,6 +135,9 @@ struct Walk {
     /// Per process slot, whether its process is alive, as far as this walk
     /// asked (`Locked::owner_alive`).
     alive: Vec<Liveness>,
+    /// A sleeper whose operations now fail is completed with the error
+    /// (not in a [`Change::Lost`] walk).
+    fails: bool,
 }
 
 /// What a walk learned of a process slot's owner.
@@ -276,13 +286,14 @@ impl Locked<'_> {
                     }
                     nums.extend(sops.iter().map(|s| usize::from(s.num)));
                 }
-                Change::All => {
+                Change::All | Change::Lost => {
                     for num in 0..self.map.layout.nsems {
                         walk.mark(num);
                     }
                     nums.extend(0..self.map.layout.nsems);
                 }
             }
+            walk.fails = !matches!(change, Change::Lost);
             self.wakeup_zero(&mut walk, &nums);
             walk.completed = nums;
             let global = self.map.load(header::COMPLEX) != 0 && walk.alters > 0;
@@ -483,6 +494,9 @@ impl Locked<'_> {
         evaluate_into(self.map, &walk.ops, owner, &mut walk.eval);
         Counters::bump(&counters.attempts, 1);
         walk.evaluated[i] = walk.generation;
+        if !walk.fails && matches!(walk.eval.outcome, Outcome::Failed(_)) {
+            return Retry::Unchanged;
+        }
         let mut tx = Tx::begin(self.map);
         let retry = match walk.eval.outcome {
             Outcome::Blocked(at) => {
