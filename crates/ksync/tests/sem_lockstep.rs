@@ -432,14 +432,7 @@ struct KernelProc {
 
 impl KernelProc {
     fn spawn(k: &KernelSet, sops: &[SemBuf], tid: Arc<AtomicI32>, result: Outcome) -> KernelProc {
-        let mut ks: Vec<libc::sembuf> = sops
-            .iter()
-            .map(|s| libc::sembuf {
-                sem_num: s.num,
-                sem_op: s.op,
-                sem_flg: s.flags,
-            })
-            .collect();
+        let mut ks = KernelSet::to_kernel(sops);
         let mut res = [0; 2];
         let _g = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: plain system calls on valid arrays. After fork the child

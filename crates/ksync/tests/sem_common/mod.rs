@@ -76,7 +76,8 @@ impl KernelSet {
         self.nsems
     }
 
-    fn to_kernel(sops: &[SemBuf]) -> Vec<libc::sembuf> {
+    /// `sops` as the kernel's `struct sembuf`s.
+    pub fn to_kernel(sops: &[SemBuf]) -> Vec<libc::sembuf> {
         sops.iter()
             .map(|s| libc::sembuf {
                 sem_num: s.num,
@@ -634,14 +635,7 @@ impl UndoChild {
     /// Forks; the child runs `sops` and reports the result; returns the
     /// child and the result (0 or errno).
     pub fn spawn(k: &KernelSet, sops: &[SemBuf]) -> (UndoChild, i32) {
-        let mut ks: Vec<libc::sembuf> = sops
-            .iter()
-            .map(|s| libc::sembuf {
-                sem_num: s.num,
-                sem_op: s.op,
-                sem_flg: s.flags,
-            })
-            .collect();
+        let mut ks = KernelSet::to_kernel(sops);
         let (mut go, mut res) = ([0; 2], [0; 2]);
         // Only one fork at a time in this process, so a child does not
         // inherit another test's pipe ends.

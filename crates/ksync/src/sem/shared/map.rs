@@ -345,7 +345,8 @@ impl Mapping {
     }
 
     /// Makes sure the descriptor still names set `id`'s file, before this
-    /// process claims its slot, whose liveness lock lives on it. A program
+    /// process claims its slot, whose liveness lock lives on it, and before
+    /// a read-only handle asks about other processes' locks. A program
     /// may have closed it: a fork child closing every descriptor it
     /// inherited, as some daemons do. The file is then opened again under a
     /// new number, and the old number, which may name a file of the

@@ -5,7 +5,7 @@
 //! has mapped: closing any descriptor of a file drops every POSIX lock the
 //! process holds on it, its slot's liveness lock among them (`procs.rs`),
 //! and the other processes would then take it for dead. So a file this
-//! process has open is read through the descriptor it keeps.
+//! process has mapped is read through its mapping.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -30,8 +30,8 @@ pub fn file_layout_version(id: i32) -> Result<u32, SemError> {
     let reg = registry();
     if let Ok(meta) = std::fs::metadata(&path) {
         if let Some(map) = reg.find(meta.dev(), meta.ino()) {
-            // Read through the mapping: its descriptor may be one the
-            // program closed (`Mapping::reopen_if_closed`).
+            // Its descriptor may even be one the program closed
+            // (`Mapping::reopen_if_closed`).
             use super::layout::{header, MAGIC};
             if map.load(header::MAGIC) != MAGIC {
                 return Err(SemError::Invalid);
