@@ -644,8 +644,11 @@ impl UndoChild {
         // calls async-signal-safe functions (semop, write, read, _exit) on
         // memory prepared before the fork.
         unsafe {
-            assert_eq!(libc::pipe(go.as_mut_ptr()), 0);
-            assert_eq!(libc::pipe(res.as_mut_ptr()), 0);
+            // Close-on-exec: a child another test runs (a program, a
+            // re-executed test binary) must not hold the writing end of
+            // `go`, whose closing lets this child exit on a panic path.
+            assert_eq!(libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            assert_eq!(libc::pipe2(res.as_mut_ptr(), libc::O_CLOEXEC), 0);
             let pid = libc::fork();
             assert!(pid >= 0, "fork failed");
             if pid == 0 {
