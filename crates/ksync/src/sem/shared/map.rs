@@ -107,11 +107,11 @@ impl Mapping {
     /// long enough for the layout that size implies. A file that fails any
     /// check is not a set (`EINVAL`).
     pub(super) fn new(fd: OwnedFd, writable: bool) -> Result<Mapping, SemError> {
-        let (_, _, len) = identity(fd.as_raw_fd())?;
+        let (dev, ino, len) = identity(fd.as_raw_fd())?;
         if len < Layout::new(1).bytes() {
             return Err(SemError::Invalid);
         }
-        let mut map = Mapping::map(fd, len, writable)?;
+        let mut map = Mapping::map(fd, (dev, ino), len, writable)?;
         let nsems = map.word(header::NSEMS).load(Ordering::Acquire) as usize;
         if map.word(header::MAGIC).load(Ordering::Acquire) != MAGIC
             || map.word(header::VERSION).load(Ordering::Relaxed) != VERSION
@@ -131,7 +131,8 @@ impl Mapping {
     /// Maps a new set's file, `layout.bytes()` long and still all zero, for
     /// its creator to fill in (`set.rs`).
     pub(super) fn new_file(fd: OwnedFd, layout: Layout) -> Result<Mapping, SemError> {
-        let mut map = Mapping::map(fd, layout.bytes(), true)?;
+        let (dev, ino, _) = identity(fd.as_raw_fd())?;
+        let mut map = Mapping::map(fd, (dev, ino), layout.bytes(), true)?;
         map.layout = layout;
         map.guard_against_truncation();
         Ok(map)
@@ -148,8 +149,8 @@ impl Mapping {
         self.guard = sigbus::register(self.base.as_ptr() as usize, self.words * 4, fence);
     }
 
-    fn map(fd: OwnedFd, len: usize, writable: bool) -> Result<Mapping, SemError> {
-        let (dev, ino, _) = identity(fd.as_raw_fd())?;
+    /// Maps `len` bytes of `fd`, the file `file` (device and inode).
+    fn map(fd: OwnedFd, file: (u64, u64), len: usize, writable: bool) -> Result<Mapping, SemError> {
         let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
         // SAFETY: a fresh mapping of a regular file; nothing else is at the
         // address the kernel picks.
@@ -174,7 +175,7 @@ impl Mapping {
             tried_gen: AtomicU64::new(u64::MAX),
             layout: Layout::new(1),
             fd: AtomicI32::new(fd.into_raw_fd()),
-            file: (dev, ino),
+            file,
             lockers_here: AtomicU32::new(0),
             claiming: ClaimLock(AtomicI32::new(0)),
             counters: Counters::default(),
@@ -384,7 +385,7 @@ impl Mapping {
 }
 
 /// `(device, inode, size)` of the regular file descriptor `fd` names.
-pub(super) fn identity(fd: RawFd) -> Result<(u64, u64, usize), SemError> {
+fn identity(fd: RawFd) -> Result<(u64, u64, usize), SemError> {
     // SAFETY: plain old data; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and a valid out-pointer.

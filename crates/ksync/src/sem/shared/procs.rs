@@ -47,8 +47,7 @@ impl Me {
 
 /// One set file this process has opened.
 struct Entry {
-    dev: u64,
-    ino: u64,
+    /// Its file's device and inode are `map.file()`.
     map: Arc<Mapping>,
     /// The process that filled `me`: after a `fork` the child finds its
     /// parent's pid here and claims a slot of its own.
@@ -115,20 +114,19 @@ impl Registry {
     pub(super) fn find(&self, dev: u64, ino: u64) -> Option<Arc<Mapping>> {
         self.entries
             .iter()
-            .find(|e| e.dev == dev && e.ino == ino)
+            .find(|e| e.map.file() == (dev, ino))
             .map(|e| Arc::clone(&e.map))
     }
 
-    /// Keeps `map` for the file `(dev, ino)`, or returns the one a racing
-    /// thread kept first (whose descriptor must then be the only one).
-    pub(super) fn insert(&mut self, dev: u64, ino: u64, map: Mapping) -> Arc<Mapping> {
+    /// Keeps `map` for its file, or returns the one a racing thread kept
+    /// first (whose descriptor must then be the only one).
+    pub(super) fn insert(&mut self, map: Mapping) -> Arc<Mapping> {
+        let (dev, ino) = map.file();
         if let Some(found) = self.find(dev, ino) {
             return found;
         }
         let map = Arc::new(map);
         self.entries.push(Entry {
-            dev,
-            ino,
             map: Arc::clone(&map),
             pid: current_pid(),
             me: None,

@@ -13,7 +13,7 @@ use super::layout::{
     header, proc_slot, sem_word, sleeper, Layout, APPOINTED, MAGIC, NPROC, NSLEEP, READY, REMOVED,
     SLEEPER_FREE, SLOT_LIVE, VERSION, WAITING,
 };
-use super::map::{identity, Mapping};
+use super::map::Mapping;
 use super::privilege::{capable, CAP_IPC_OWNER, CAP_SYS_ADMIN};
 use super::procs::{registry, ClaimLock, Me};
 use super::share;
@@ -501,8 +501,7 @@ impl SharedSemSet {
             Some(map) => map,
             None => {
                 let (fd, writable) = dir::open_file(&dir, id)?.ok_or(SemError::NotFound)?;
-                let (dev, ino, _) = identity(fd.as_raw_fd())?;
-                reg.insert(dev, ino, Mapping::new(fd, writable)?)
+                reg.insert(Mapping::new(fd, writable)?)
             }
         };
         // Not under the registry: a refused handle's drop takes it.
@@ -1530,8 +1529,7 @@ fn create(
             return Err(os_error(e));
         }
     }
-    let (dev, ino) = map.file();
-    let map = registry().insert(dev, ino, map);
+    let map = registry().insert(map);
     SharedSemSet::from_map(map, id)
 }
 
