@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::{compile, library, run, scratch, sets_left, Run};
+use support::{compile, library, run, scratch, sets_left, skipped, Run};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -202,11 +202,9 @@ fn semget_cases() {
 fn more_sets_than_the_soft_descriptor_limit() {
     let out = compare("many_sets");
     if out.starts_with("00 skipped") {
-        let bang = "!".repeat(72);
-        eprintln!(
-            "\n{bang}\n!!! SKIPPED conformance::more_sets_than_the_soft_descriptor_limit:\n\
-             !!! {}\n{bang}",
-            out.trim()
+        skipped(
+            "conformance::more_sets_than_the_soft_descriptor_limit",
+            out.trim(),
         );
         return;
     }
@@ -501,10 +499,9 @@ fn permission_checks_for_shut_out_processes() {
         &out,
         "skipped: not root, so no child can become another user",
     ) {
-        let bang = "!".repeat(72);
-        eprintln!(
-            "\n{bang}\n!!! SKIPPED conformance::permission_checks_for_shut_out_processes:\n\
-             !!! not root. Nothing was checked.\n{bang}"
+        skipped(
+            "conformance::permission_checks_for_shut_out_processes",
+            "not root. Nothing was checked.",
         );
         return;
     }

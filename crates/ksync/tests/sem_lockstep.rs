@@ -874,13 +874,12 @@ fn blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel() {
     }
     let processes = children_are_observable();
     if !processes {
-        let bang = "!".repeat(72);
-        eprintln!(
-            "\n{bang}\n!!! PARTLY SKIPPED sem_lockstep::\
+        sem_common::say_loudly(
+            "PARTLY SKIPPED sem_lockstep::\
              blocking_scripts_on_a_shared_set_run_in_lockstep_with_the_kernel:\n\
-             !!! this process may not read where its children's threads are\n\
-             !!! (/proc/PID/task/TID/syscall; Yama ptrace_scope?): the scripts run\n\
-             !!! without sleepers in processes of their own.\n{bang}"
+             this process may not read where its children's threads are\n\
+             (/proc/PID/task/TID/syscall; Yama ptrace_scope?): the scripts run\n\
+             without sleepers in processes of their own.",
         );
     }
     run_scripts("lockstep scripts, shared", processes, SharedSet::create);

@@ -1199,12 +1199,10 @@ fn root_or_skipped(test: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    let bang = "!".repeat(72);
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n{bang}\n!!! SKIPPED sem_shared::{test}:\n\
-         !!! not root, so no child can become another user. Nothing was checked.\n{bang}"
-    );
+    sem_common::say_loudly(&format!(
+        "SKIPPED sem_shared::{test}:\n\
+         not root, so no child can become another user. Nothing was checked."
+    ));
     false
 }
 

@@ -9,6 +9,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Says on stderr, between two rows of `!` and straight to the stream (the
+/// harness captures `eprintln!` output of passing tests), that `test`
+/// skipped what it was for, and why.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let bang = "!".repeat(72);
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{bang}\n!!! SKIPPED {test}:\n!!! {why}\n{bang}"
+    );
+}
+
 /// `libksync_sysv.so` as cargo built it for this test run. `cargo test`
 /// writes the cdylib into the `deps/` folder beside the test binary and does
 /// not copy it up to `target/<profile>/`, where a `cargo build` puts it; the

@@ -357,28 +357,36 @@ fn kernel_or_banner(test: &str, still_runs: Option<&str>) -> bool {
             if std::env::var_os("KSYNC_REQUIRE_SYSV").is_some() {
                 panic!("{test}: SysV IPC unavailable ({e}) and KSYNC_REQUIRE_SYSV is set");
             }
-            // Straight to the process's stderr: the test harness captures
-            // eprintln! output of passing tests, and this must be seen.
-            let bang = "!".repeat(72);
-            let _ = match still_runs {
-                None => writeln!(
-                    io::stderr(),
-                    "\n{bang}\n!!! SKIPPED {test}: SysV semaphores unavailable here ({e}).\n\
-                     !!! Nothing was compared against the kernel. Set KSYNC_REQUIRE_SYSV=1\n\
-                     !!! to make this a failure.\n{bang}"
-                ),
-                Some(runs) => writeln!(
-                    io::stderr(),
-                    "\n{bang}\n!!! KERNEL LEFT OUT of {test}: SysV semaphores unavailable here\n\
-                     !!! ({e}).\n\
-                     !!! Skipped: every comparison against the kernel.\n\
-                     !!! Still run: {runs}.\n\
-                     !!! Set KSYNC_REQUIRE_SYSV=1 to make the kernel's absence a failure.\n{bang}"
-                ),
-            };
+            match still_runs {
+                None => say_loudly(&format!(
+                    "SKIPPED {test}: SysV semaphores unavailable here ({e}).\n\
+                     Nothing was compared against the kernel. Set KSYNC_REQUIRE_SYSV=1\n\
+                     to make this a failure."
+                )),
+                Some(runs) => say_loudly(&format!(
+                    "KERNEL LEFT OUT of {test}: SysV semaphores unavailable here\n\
+                     ({e}).\n\
+                     Skipped: every comparison against the kernel.\n\
+                     Still run: {runs}.\n\
+                     Set KSYNC_REQUIRE_SYSV=1 to make the kernel's absence a failure."
+                )),
+            }
             false
         }
     }
+}
+
+/// Writes `lines` between two rows of `!`, each line after `!!! `, straight
+/// to the process's stderr: the test harness captures `eprintln!` output of
+/// passing tests, and what a test did not check must be seen.
+pub fn say_loudly(lines: &str) {
+    let bang = "!".repeat(72);
+    let mut text = format!("\n{bang}\n");
+    for line in lines.lines() {
+        text += &format!("!!! {line}\n");
+    }
+    text += &bang;
+    let _ = writeln!(io::stderr(), "{text}");
 }
 
 /// `std::process::id()` as GETPID reports it.
